@@ -1,0 +1,92 @@
+"""tfrecord-io: TFRecord files without TensorFlow, and Apache Beam IO that splits them.
+
+The format core (framing, codec, index, reader, writer) imports neither Beam nor
+torch. Beam transforms (``ReadFromTFRecord``, ``ReadAllFromTFRecord``,
+``WriteToTFRecord``) are loaded on first use; the PyTorch datasets live in
+``tfrecord_io.torch``.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from . import iterator_utils
+from .codec import (
+    build_example,
+    build_sequence_example,
+    infer_description,
+    parse_example,
+    parse_examples_batch,
+    parse_sequence_example,
+    serialize_example,
+    serialize_sequence_example,
+)
+from .errors import (
+    CorruptRecordError,
+    ExampleCodecError,
+    IndexFileError,
+    TFRecordError,
+    TruncatedRecordError,
+)
+from .framing import CorruptRegion, encode_frame
+from .index import RecordIndex, build_index, create_index, find_index, load_index
+from .reader import (
+    example_loader,
+    multi_tfrecord_loader,
+    read_records,
+    sequence_loader,
+    tfrecord_iterator,
+    tfrecord_loader,
+)
+from .writer import RecordWriter, TFRecordWriter
+
+__version__ = "0.1.0"
+
+# Beam-facing names, imported lazily so the format core works without Beam loaded.
+_LAZY = {
+    "ReadFromTFRecord": "tfrecord_io.beam_io",
+    "ReadAllFromTFRecord": "tfrecord_io.beam_io",
+    "WriteToTFRecord": "tfrecord_io.beam_io",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tfrecord_io' has no attribute {name!r}")
+    return getattr(import_module(module), name)
+
+
+__all__ = [
+    "CorruptRecordError",
+    "CorruptRegion",
+    "ExampleCodecError",
+    "IndexFileError",
+    "RecordIndex",
+    "RecordWriter",
+    "TFRecordError",
+    "TFRecordWriter",
+    "TruncatedRecordError",
+    "build_example",
+    "build_index",
+    "build_sequence_example",
+    "create_index",
+    "encode_frame",
+    "example_loader",
+    "find_index",
+    "infer_description",
+    "iterator_utils",
+    "load_index",
+    "multi_tfrecord_loader",
+    "parse_example",
+    "parse_examples_batch",
+    "parse_sequence_example",
+    "read_records",
+    "sequence_loader",
+    "serialize_example",
+    "serialize_sequence_example",
+    "tfrecord_iterator",
+    "tfrecord_loader",
+    *_LAZY,
+]

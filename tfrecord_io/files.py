@@ -1,0 +1,228 @@
+"""Opening TFRecord files: local or remote paths, plain, GZIP or ZLIB.
+
+Local paths use the operating system directly. Paths with a scheme (``gs://``,
+``s3://``, ``hdfs://`` ...) go through Apache Beam's ``FileSystems``, imported only
+when such a path is used, so the format core runs without Beam installed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import zlib
+from typing import BinaryIO, Iterator, List, Optional
+
+from .errors import TFRecordError
+
+PLAIN = ""
+GZIP = "gzip"
+ZLIB = "zlib"
+
+_SUFFIXES = {".gz": GZIP, ".gzip": GZIP, ".zz": ZLIB, ".zlib": ZLIB}
+
+
+def normalize_compression(compression_type: Optional[str], path: Optional[str] = None) -> str:
+    """Map the spellings TensorFlow, Beam and the ``tfrecord`` package use to one of
+    ``""``, ``"gzip"``, ``"zlib"``.
+
+    ``None``/``""``/``"NONE"`` mean plain; ``"auto"`` (or ``None`` when ``path`` ends in a
+    known suffix such as ``.gz``) detects the type from the file name.
+    Beam's ``CompressionTypes`` values are accepted as their string values.
+    """
+    value = getattr(compression_type, "value", compression_type)  # Beam CompressionTypes
+    if value is None or str(value).lower() == "auto":
+        if path is not None:
+            for suffix, kind in _SUFFIXES.items():
+                if str(path).lower().endswith(suffix):
+                    return kind
+        return PLAIN
+    text = str(value).lower()
+    if text in ("", "none", "uncompressed", "plain"):
+        return PLAIN
+    if text in ("gzip", "gz"):
+        return GZIP
+    if text in ("zlib", "deflate"):
+        return ZLIB
+    raise ValueError(
+        f"unknown compression_type {compression_type!r}: use None or '' (plain), 'gzip' or 'zlib'"
+    )
+
+
+def is_remote(path: str) -> bool:
+    """True for ``scheme://`` paths that need Beam's FileSystems."""
+    head, sep, _ = str(path).partition("://")
+    return bool(sep) and head.isalnum() and len(head) > 1 and head.lower() != "file"
+
+
+def _beam_filesystems():
+    try:
+        from apache_beam.io.filesystems import FileSystems
+    except ImportError as err:  # pragma: no cover - Beam is a hard dependency in setup.py
+        raise TFRecordError(
+            "remote paths need Apache Beam's FileSystems: pip install apache-beam[gcp|aws|...]"
+        ) from err
+    return FileSystems
+
+
+def _local(path: str) -> str:
+    path = str(path)
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
+def open_raw(path: str, mode: str = "rb") -> BinaryIO:
+    """Open the bytes of ``path`` as stored (no decompression)."""
+    if is_remote(path):
+        from apache_beam.io.filesystem import CompressionTypes
+
+        fs = _beam_filesystems()
+        if "r" in mode:
+            return fs.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        return fs.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    return open(_local(path), mode)
+
+
+def file_size(path: str) -> int:
+    """Size in bytes of the stored file."""
+    if is_remote(path):
+        return _beam_filesystems().metadata(path).size_in_bytes
+    return os.path.getsize(_local(path))
+
+
+def exists(path: str) -> bool:
+    if is_remote(path):
+        return _beam_filesystems().exists(path)
+    return os.path.exists(_local(path))
+
+
+def glob(pattern: str) -> List[str]:
+    """Sorted paths matching ``pattern`` (local glob, or Beam's match for remote)."""
+    if is_remote(pattern):
+        result = _beam_filesystems().match([pattern])[0]
+        return sorted(m.path for m in result.metadata_list)
+    import glob as _glob
+
+    return sorted(_glob.glob(_local(pattern)))
+
+
+class ZlibReader(io.RawIOBase):
+    """A readable stream over ZLIB-compressed data, as TensorFlow's ZLIB option writes it.
+
+    Concatenated zlib streams are read one after the other.
+    """
+
+    def __init__(self, raw: BinaryIO, chunk_size: int = 1 << 20):
+        self._raw = raw
+        self._chunk = chunk_size
+        self._dec = zlib.decompressobj()
+        self._pending = b""
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def _fill(self, want: int) -> None:
+        while len(self._pending) < want and not self._eof:
+            data = self._dec.unconsumed_tail or self._raw.read(self._chunk)
+            if not data:
+                if not self._dec.eof and self._dec.unconsumed_tail == b"":
+                    tail = self._dec.flush()
+                    self._pending += tail
+                self._eof = True
+                break
+            out = self._dec.decompress(data, max(want - len(self._pending), self._chunk))
+            self._pending += out
+            if self._dec.eof:
+                rest = self._dec.unused_data
+                self._dec = zlib.decompressobj()
+                if rest:
+                    self._pending += self._dec.decompress(rest, self._chunk)
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            while not self._eof:
+                self._fill(len(self._pending) + self._chunk)
+            out, self._pending = self._pending, b""
+            return out
+        self._fill(size)
+        out, self._pending = self._pending[:size], self._pending[size:]
+        return out
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            super().close()
+
+
+class _OwningGzipFile(gzip.GzipFile):
+    """A GzipFile that also closes the file object it wraps (GzipFile does not)."""
+
+    def __init__(self, raw: BinaryIO, mode: str):
+        self._owned_raw = raw
+        # mtime=0 keeps written output byte-identical from run to run.
+        super().__init__(fileobj=raw, mode=mode, mtime=0)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._owned_raw.close()
+
+
+def open_read(path: str, compression_type: Optional[str] = None) -> BinaryIO:
+    """Open ``path`` for reading its decompressed bytes."""
+    kind = normalize_compression(compression_type, path)
+    raw = open_raw(path, "rb")
+    if kind == GZIP:
+        return _OwningGzipFile(raw, "rb")
+    if kind == ZLIB:
+        return ZlibReader(raw)
+    return raw
+
+
+class ZlibWriter(io.RawIOBase):
+    """A writable stream that ZLIB-compresses (zlib header, one stream) like TensorFlow."""
+
+    def __init__(self, raw: BinaryIO, level: int = zlib.Z_DEFAULT_COMPRESSION):
+        self._raw = raw
+        self._comp = zlib.compressobj(level)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self._raw.write(self._comp.compress(data))
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._raw.write(self._comp.flush())
+                self._raw.close()
+            finally:
+                super().close()
+
+
+def open_write(path: str, compression_type: Optional[str] = None) -> BinaryIO:
+    """Open ``path`` for writing, compressing as asked (or as its suffix says)."""
+    kind = normalize_compression(compression_type, path)
+    raw = open_raw(path, "wb")
+    if kind == GZIP:
+        return _OwningGzipFile(raw, "wb")
+    if kind == ZLIB:
+        return ZlibWriter(raw)
+    return raw
+
+
+def iter_chunks(stream: BinaryIO, chunk_size: int) -> Iterator[bytes]:
+    while True:
+        data = stream.read(chunk_size)
+        if not data:
+            return
+        yield data

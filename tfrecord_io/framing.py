@@ -1,0 +1,377 @@
+"""TFRecord framing: write frames, read them back with both CRCs checked, read byte
+ranges, and find record boundaries from any offset (resynchronisation).
+
+A frame is::
+
+    uint64 length (little endian) | uint32 masked_crc32c(length bytes)
+    | data[length] | uint32 masked_crc32c(data)
+
+Reading never trusts a length field: before bytes are allocated for a record, its
+length is checked against the bytes the file can still hold (or, for a compressed
+stream of unknown size, bytes are only gathered as they actually arrive).
+
+Records come back as ``memoryview`` slices of immutable read buffers: no copy is
+made, and each view stays valid after iteration has moved on (it keeps its buffer
+alive), unlike the ``tfrecord`` package, whose views are overwritten by the next read.
+
+Hot path: scanning a buffer for frames is done by ``_speedups.scan_frames`` (C, with
+hardware CRC32C) when the extension is built, else by :func:`_scan_frames_py`, which
+makes a constant number of C calls per record (no per-byte Python loop).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator, List, Optional, Tuple, Union
+
+import numpy as np
+
+from .crc import crc32c, masked_crc32c
+from .errors import CorruptRecordError, TruncatedRecordError
+
+HEADER_SIZE = 12
+FOOTER_SIZE = 4
+FRAME_OVERHEAD = HEADER_SIZE + FOOTER_SIZE
+DEFAULT_CHUNK_SIZE = 1 << 20
+
+_LENGTH = struct.Struct("<Q")
+_HEADER = struct.Struct("<QI")
+_U32 = struct.Struct("<I")
+
+# Status codes shared by the Python and C scanners.
+NEED_MORE = 0  # the frame at pos is not complete in the buffer (or the buffer is used up)
+STOPPED = 1  # the frame at pos begins at or after the stop position
+BAD_LENGTH_CRC = 2  # the frame at pos has a length that does not match its CRC
+BAD_DATA_CRC = 3  # the frame at pos has data that does not match its CRC
+
+
+def frame_header(length: int) -> bytes:
+    """The 12 header bytes of a frame of ``length`` data bytes."""
+    length_bytes = _LENGTH.pack(length)
+    return length_bytes + _U32.pack(masked_crc32c(length_bytes))
+
+
+def encode_frame(data) -> bytes:
+    """One whole frame around ``data`` (any bytes-like object)."""
+    return b"".join((frame_header(len(data)), data, _U32.pack(masked_crc32c(data))))
+
+
+def write_frame(stream: BinaryIO, data) -> int:
+    """Write one frame to ``stream``; returns the number of bytes written."""
+    n = len(data)
+    stream.write(frame_header(n))
+    stream.write(data)
+    stream.write(_U32.pack(masked_crc32c(data)))
+    return n + FRAME_OVERHEAD
+
+
+def _scan_frames_py(buf: bytes, pos: int, stop: int, check_crc: bool, out: List[int]) -> Tuple[int, int]:
+    """Scan whole frames of ``buf`` from ``pos``; append ``data_start, length`` per frame.
+
+    Stops before a frame that begins at or after ``stop`` (STOPPED), one that is not
+    complete in ``buf`` (NEED_MORE; if its header is complete, its length CRC has
+    been checked), or one whose CRC fails (BAD_*). Returns ``(pos, status)`` with
+    ``pos`` the start of the frame the scan stopped at.
+    """
+    n = len(buf)
+    unpack_header = _HEADER.unpack_from
+    unpack_u32 = _U32.unpack_from
+    append = out.append
+    mv = memoryview(buf)
+    while True:
+        if pos >= stop:
+            return pos, STOPPED
+        if pos + HEADER_SIZE > n:
+            return pos, NEED_MORE
+        length, length_crc = unpack_header(buf, pos)
+        if check_crc:
+            c = crc32c(mv[pos : pos + 8])
+            if ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF != length_crc:
+                return pos, BAD_LENGTH_CRC
+        data_start = pos + HEADER_SIZE
+        data_end = data_start + length
+        if data_end + FOOTER_SIZE > n:
+            return pos, NEED_MORE
+        if check_crc:
+            c = crc32c(mv[data_start:data_end])
+            if ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF != unpack_u32(buf, data_end)[0]:
+                return pos, BAD_DATA_CRC
+        append(data_start)
+        append(length)
+        pos = data_end + FOOTER_SIZE
+
+
+try:  # the compiled scanner, when setup.py could build it
+    from ._speedups import scan_frames as _scan_frames  # type: ignore[attr-defined]
+
+    HAVE_SPEEDUPS = True
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _scan_frames = _scan_frames_py
+    HAVE_SPEEDUPS = False
+
+
+@dataclass(frozen=True)
+class CorruptRegion:
+    """Bytes ``[start, end)`` of ``path`` that hold no readable record, and why.
+
+    ``end`` is the offset of the next good record (or the end of the file).
+    """
+
+    path: str
+    start: int
+    end: int
+    reason: str
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+def _length_crc_ok(buf: bytes, pos: int) -> bool:
+    return masked_crc32c(memoryview(buf)[pos : pos + 8]) == _U32.unpack_from(buf, pos + 8)[0]
+
+
+class FrameStream:
+    """A buffered reader of frames from a binary stream, tracking file offsets.
+
+    ``offset`` is the file offset of the stream's current position. The stream is
+    read in ``chunk_size`` pieces; frames are returned as views into those pieces.
+    """
+
+    def __init__(
+        self,
+        stream: BinaryIO,
+        *,
+        path: str = "<stream>",
+        offset: int = 0,
+        size: Optional[int] = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        check_crc: bool = True,
+    ):
+        self._stream = stream
+        self.path = path
+        self._buf = b""
+        self._base = offset  # file offset of self._buf[0]
+        self._pos = 0  # position in self._buf
+        self._size = size  # total file size when known (plain files)
+        self._eof = False
+        self._chunk = max(int(chunk_size), 64)
+        self.check_crc = check_crc
+
+    @property
+    def offset(self) -> int:
+        return self._base + self._pos
+
+    def _remaining_in_file(self) -> Optional[int]:
+        return None if self._size is None else self._size - self.offset
+
+    def _fill(self, need: int) -> bool:
+        """Make at least ``need`` bytes available from the current position.
+
+        Returns False when the stream ends first. Reads in chunks, so a huge ``need``
+        (from a corrupt length) only allocates what the stream really holds.
+        """
+        avail = len(self._buf) - self._pos
+        if avail >= need:
+            return True
+        if self._eof:
+            return False
+        parts = [self._buf[self._pos :]] if avail else []
+        self._base += self._pos
+        self._pos = 0
+        have = avail
+        target = max(need, self._chunk)
+        while have < target:
+            piece = self._stream.read(max(self._chunk, min(target - have, 1 << 26)))
+            if not piece:
+                self._eof = True
+                break
+            parts.append(piece)
+            have += len(piece)
+            if have >= need and self._size is None:
+                break
+        self._buf = parts[0] if len(parts) == 1 else b"".join(parts)
+        return have >= need
+
+    def _error(self, status: int, pos: int) -> Exception:
+        off = self._base + pos
+        if status == BAD_LENGTH_CRC:
+            length = _LENGTH.unpack_from(self._buf, pos)[0]
+            return CorruptRecordError(
+                f"corrupt record header: the length field ({length}) does not match its CRC32C",
+                self.path,
+                off,
+            )
+        length = _LENGTH.unpack_from(self._buf, pos)[0]
+        return CorruptRecordError(
+            f"corrupt record data: the {length} data bytes do not match their CRC32C", self.path, off
+        )
+
+    def _check_incomplete(self) -> Optional[Exception]:
+        """At NEED_MORE: fetch the rest of the frame at the current position.
+
+        Returns None when the frame is now complete (or the file ended cleanly
+        exactly at a boundary, then ``self._eof`` and no bytes remain), else the error.
+        """
+        if not self._fill(HEADER_SIZE):
+            left = len(self._buf) - self._pos
+            if left == 0:
+                return None
+            return TruncatedRecordError(
+                f"truncated record header: the file ends {left} bytes into the 12-byte header",
+                self.path,
+                self.offset,
+            )
+        length = _LENGTH.unpack_from(self._buf, self._pos)[0]
+        if self.check_crc and not _length_crc_ok(self._buf, self._pos):
+            return self._error(BAD_LENGTH_CRC, self._pos)
+        remaining = self._remaining_in_file()
+        frame = length + FRAME_OVERHEAD
+        if remaining is not None and frame > remaining:
+            return TruncatedRecordError(
+                f"truncated record: its header claims {length} data bytes but only "
+                f"{max(remaining - FRAME_OVERHEAD, 0)} can follow before the end of the file",
+                self.path,
+                self.offset,
+            )
+        if not self._fill(frame):
+            left = len(self._buf) - self._pos
+            return TruncatedRecordError(
+                f"truncated record: its header claims {length} data bytes but the stream ends "
+                f"after {max(left - HEADER_SIZE, 0)}",
+                self.path,
+                self.offset,
+            )
+        return None
+
+    def at_end(self) -> bool:
+        return not self._fill(1)
+
+    def frames(
+        self, stop: Optional[int] = None, report_corrupt: bool = False
+    ) -> Iterator[Tuple[int, Union[memoryview, CorruptRegion]]]:
+        """Yield ``(offset, data)`` for each frame that begins before file offset ``stop``.
+
+        With ``report_corrupt``, a bad region is yielded as ``(offset, CorruptRegion)``
+        and reading resumes at the next good record; otherwise it raises.
+        """
+        scan = _scan_frames
+        check = self.check_crc
+        out: List[int] = []
+        big = 1 << 62
+        while True:
+            stop_rel = big if stop is None else stop - self._base
+            buf = self._buf
+            out.clear()
+            pos, status = scan(buf, self._pos, stop_rel, check, out)
+            if out:
+                mv = memoryview(buf)
+                base = self._base
+                it = iter(out)
+                for start in it:
+                    length = next(it)
+                    yield base + start - HEADER_SIZE, mv[start : start + length]
+            self._pos = pos
+            if status == STOPPED:
+                return
+            if status == NEED_MORE:
+                err = self._check_incomplete()
+                if err is None:
+                    if len(self._buf) - self._pos == 0 and self._eof:
+                        return
+                    continue
+            else:
+                err = self._error(status, pos)
+            if not report_corrupt:
+                raise err
+            bad = self.offset
+            self._pos += 1
+            found = self.resync(limit=None)
+            end = self.offset if found else self.offset + (len(self._buf) - self._pos)
+            if not found:
+                self._pos = len(self._buf)
+            yield bad, CorruptRegion(self.path, bad, end, err.reason)
+            if not found:
+                return
+
+    def resync(self, limit: Optional[int] = None, window: int = 1 << 16) -> bool:
+        """Advance to the next offset that begins a valid frame.
+
+        A candidate must have a length that fits in the rest of the file, a length
+        CRC that matches, and a data CRC that matches. For bytes that are not frames,
+        each position passes by chance with probability 2**-64 (two independent
+        32-bit CRCs), so over a search of N bytes a false boundary has probability at
+        most N * 2**-64. Data that *embeds* TFRecord frames (a TFRecord file stored
+        as a record) can defeat this; read such files with an index.
+
+        Returns False (positioned at the end) when no frame begins before ``limit``
+        (a file offset) or the end of the file.
+        """
+        while True:
+            self._fill(min(window, 1 << 24))
+            buf, pos = self._buf, self._pos
+            n = len(buf)
+            if n - pos < FRAME_OVERHEAD:
+                if self._eof:
+                    self._pos = n
+                    return False
+                self._fill(FRAME_OVERHEAD)
+                if len(self._buf) - self._pos < FRAME_OVERHEAD:
+                    self._pos = len(self._buf)
+                    return False
+                continue
+            last = n - FRAME_OVERHEAD  # last position whose header+footer fit in buf
+            if limit is not None:
+                last = min(last, limit - self._base - 1)
+                if last < pos:
+                    return False
+            # Candidates as file offsets: filling the buffer below may move it, but it
+            # never drops bytes at or after the current position, and candidates rise.
+            base = self._base
+            for cand in [base + p for p in _candidates(buf, pos, last, base, self._size)]:
+                self._pos = cand - self._base
+                if not _length_crc_ok(self._buf, self._pos):
+                    continue
+                length = _LENGTH.unpack_from(self._buf, self._pos)[0]
+                remaining = self._remaining_in_file()
+                if remaining is not None and length + FRAME_OVERHEAD > remaining:
+                    continue
+                if not self._fill(length + FRAME_OVERHEAD):
+                    continue
+                p = self._pos
+                data_end = p + HEADER_SIZE + length
+                data_crc = _U32.unpack_from(self._buf, data_end)[0]
+                if masked_crc32c(memoryview(self._buf)[p + HEADER_SIZE : data_end]) == data_crc:
+                    return True
+            last = last + base - self._base  # translate to the (possibly moved) buffer
+            # nothing in this window: keep the last bytes that could start a header
+            self._pos = last + 1
+            if limit is not None and self.offset >= limit:
+                return False
+            if self._eof and len(self._buf) - self._pos < FRAME_OVERHEAD:
+                self._pos = len(self._buf)
+                return False
+
+
+def _candidates(buf: bytes, pos: int, last: int, base: int, size: Optional[int]) -> Iterator[int]:
+    """Positions p in ``[pos, last]`` whose 8-byte length field could be true.
+
+    Vectorised with NumPy: a length must leave room for itself within the file
+    (``size``) or, for a stream, be below 2**40. Most positions of binary or text
+    data fail this, so only a few reach the CRC checks.
+    """
+    count = last - pos + 1
+    if count <= 0:
+        return iter(())
+    a = np.frombuffer(buf, dtype=np.uint8, count=last + 8 - pos, offset=pos).astype(np.uint64)
+    lengths = a[:count].copy()
+    for k in range(1, 8):
+        lengths |= a[k : k + count] << np.uint64(8 * k)
+    if size is not None:
+        room = (size - base - FRAME_OVERHEAD - pos) - np.arange(count, dtype=np.int64)
+        ok = lengths <= np.maximum(room, -1).astype(np.uint64)
+        ok &= room >= 0
+    else:
+        ok = lengths < np.uint64(1 << 40)
+    return (pos + int(i) for i in np.flatnonzero(ok))

@@ -1,0 +1,163 @@
+"""Index files: one line per record, ``offset size``, where ``size`` is the whole frame
+(data + 16 bytes). This is the text format the ``tfrecord`` package's ``tfrecord2idx``
+writes and NVIDIA DALI reads, so indexes made here keep working with those tools.
+
+Building an index reads and validates every record first; the index is written to a
+temporary file that is renamed over the destination only when the whole data file
+validated, so a corrupt file leaves no index (and an old index stays as it was).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from . import files
+from .errors import IndexFileError, TFRecordError
+from .framing import FRAME_OVERHEAD, FrameStream
+
+
+@dataclass(frozen=True)
+class RecordIndex:
+    """Offsets and frame sizes of every record of one file, as int64 arrays."""
+
+    offsets: np.ndarray
+    sizes: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.offsets.shape[0])
+
+    @property
+    def data_size(self) -> int:
+        """Bytes the indexed file must have: the end of its last frame."""
+        if len(self) == 0:
+            return 0
+        return int(self.offsets[-1] + self.sizes[-1])
+
+    def matches(self, file_size: int) -> bool:
+        """A cheap staleness check: frames are contiguous from 0 and end at ``file_size``."""
+        if len(self) == 0:
+            return file_size == 0
+        if self.offsets[0] != 0 or self.data_size != file_size:
+            return False
+        return bool(np.all(self.offsets[1:] == self.offsets[:-1] + self.sizes[:-1]))
+
+    def first_at_or_after(self, offset: int) -> int:
+        """Record number of the first record that begins at or after ``offset``."""
+        return int(np.searchsorted(self.offsets, offset, side="left"))
+
+    def to_text(self) -> str:
+        return "".join(f"{o} {s}\n" for o, s in zip(self.offsets.tolist(), self.sizes.tolist()))
+
+
+def parse_index(text: str, path: str = "<index>") -> RecordIndex:
+    """Parse the ``offset size`` text format, with clear errors for malformed lines."""
+    fields = text.split()
+    if len(fields) % 2:
+        raise IndexFileError("malformed index: expected two numbers per line (offset size)", path)
+    try:
+        arr = np.array(fields, dtype=np.int64).reshape(-1, 2)
+    except ValueError as err:
+        raise IndexFileError(f"malformed index: {err}", path) from None
+    offsets, sizes = arr[:, 0].copy(), arr[:, 1].copy()
+    if len(offsets) and (np.any(sizes < FRAME_OVERHEAD) or np.any(offsets < 0) or np.any(np.diff(offsets) <= 0)):
+        raise IndexFileError("malformed index: offsets must rise and sizes be >= 16", path)
+    return RecordIndex(offsets, sizes)
+
+
+def load_index(path: str) -> RecordIndex:
+    """Load an index file written here, by ``tfrecord2idx`` or by DALI's tool."""
+    try:
+        with files.open_raw(path, "rb") as f:
+            text = f.read().decode("ascii")
+    except (OSError, UnicodeDecodeError) as err:
+        raise IndexFileError(f"cannot read index: {err}", path) from None
+    return parse_index(text, path)
+
+
+def build_index(data_path: str, compression_type: Optional[str] = None) -> RecordIndex:
+    """Read every record of ``data_path`` with both CRCs checked and return its index.
+
+    Raises ``TFRecordError`` (with path and offset) at the first bad record, and
+    ``IndexFileError`` for compressed files, whose records have no byte offsets
+    that a reader could seek to.
+    """
+    kind = files.normalize_compression(compression_type, data_path)
+    if kind:
+        raise IndexFileError(
+            f"cannot index a {kind.upper()} file: record offsets in the decompressed stream "
+            "cannot be seeked to; index the uncompressed file instead",
+            data_path,
+        )
+    size = files.file_size(data_path)
+    offsets = []
+    sizes = []
+    with files.open_raw(data_path, "rb") as f:
+        stream = FrameStream(f, path=data_path, size=size, chunk_size=1 << 22)
+        for offset, data in stream.frames():
+            offsets.append(offset)
+            sizes.append(len(data) + FRAME_OVERHEAD)
+    return RecordIndex(np.array(offsets, dtype=np.int64), np.array(sizes, dtype=np.int64))
+
+
+def write_index_atomic(index: RecordIndex, index_path: str) -> None:
+    """Write ``index`` to a temporary file beside ``index_path``, then rename it in place."""
+    text = index.to_text().encode("ascii")
+    if files.is_remote(index_path):
+        _write_remote_atomic(text, index_path)
+        return
+    directory = os.path.dirname(os.path.abspath(index_path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".index", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, index_path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _write_remote_atomic(text: bytes, index_path: str) -> None:
+    from apache_beam.io.filesystems import FileSystems
+
+    tmp = index_path + ".tmp-" + os.urandom(6).hex()
+    with files.open_raw(tmp, "wb") as f:
+        f.write(text)
+    FileSystems.rename([tmp], [index_path])
+
+
+def create_index(data_path: str, index_path: str, compression_type: Optional[str] = None) -> RecordIndex:
+    """Validate ``data_path`` and write its index to ``index_path`` atomically."""
+    index = build_index(data_path, compression_type)
+    write_index_atomic(index, index_path)
+    return index
+
+
+def find_index(data_path: str) -> Optional[str]:
+    """The index file beside ``data_path`` by the usual names, if one exists:
+    ``x.tfrecord.index``, ``x.tfrecord.idx``, ``x.tfindex`` (DALI / tfrecord2idx DIR),
+    ``x.index``."""
+    stem, _ = os.path.splitext(data_path)
+    for candidate in (data_path + ".index", data_path + ".idx", stem + ".tfindex", stem + ".index"):
+        if candidate != data_path and files.exists(candidate):
+            return candidate
+    return None
+
+
+__all__ = [
+    "RecordIndex",
+    "TFRecordError",
+    "build_index",
+    "create_index",
+    "find_index",
+    "load_index",
+    "parse_index",
+    "write_index_atomic",
+]

@@ -1,0 +1,223 @@
+"""Reading TFRecord files: whole files, byte ranges, shards, and the ``tfrecord``
+package's loader functions (same names and arguments).
+
+``shard=(i, n)`` gives every record to exactly one of ``n`` shards, with an index
+(records split by count) or without one (bytes split evenly, each range starting at
+the first record boundary found by resynchronisation), which the ``tfrecord`` package
+cannot do without duplicating records. A compressed file cannot be cut: each shard
+reads the stream and keeps every ``n``-th record.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+from . import files, iterator_utils
+from .codec import Description, parse_example, parse_sequence_example
+from .errors import IndexFileError
+from .framing import DEFAULT_CHUNK_SIZE, CorruptRegion, FrameStream
+from .index import RecordIndex, load_index
+
+IndexLike = Union[None, str, RecordIndex]
+
+
+def _as_index(index: IndexLike) -> Optional[RecordIndex]:
+    if index is None or isinstance(index, RecordIndex):
+        return index
+    return load_index(index)
+
+
+def read_records(
+    path: str,
+    start: int = 0,
+    end: Optional[int] = None,
+    *,
+    compression_type: Optional[str] = None,
+    check_crc: bool = True,
+    index: IndexLike = None,
+    on_corrupt: str = "raise",
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> Iterator[Tuple[int, Union[memoryview, CorruptRegion]]]:
+    """Yield ``(offset, data)`` for each record that *begins* in bytes ``[start, end)``.
+
+    Ranges that tile a file read each record exactly once. Where ``start`` is not a
+    record boundary, reading begins at the first record at or after it: taken from
+    ``index`` when given, else found by resynchronisation. ``on_corrupt="raise"``
+    (default) raises ``CorruptRecordError``/``TruncatedRecordError`` with the path and
+    offset; ``"report"`` yields ``(offset, CorruptRegion)`` for each bad region that
+    begins in the range and carries on after it.
+
+    ``check_crc=False`` skips both CRC checks: only for data you trust, as a corrupt
+    length is then only caught by the bounds check.
+    """
+    if on_corrupt not in ("raise", "report"):
+        raise ValueError("on_corrupt must be 'raise' or 'report'")
+    kind = files.normalize_compression(compression_type, path)
+    if kind and (start != 0 or end is not None):
+        raise ValueError(f"{path}: a {kind.upper()} file cannot be read by byte range; read it whole")
+    if end is not None and end <= start:
+        return
+    idx = _as_index(index)
+    size = None if kind else files.file_size(path)
+    with files.open_read(path, kind) as raw:
+        first = start
+        if start > 0 and idx is not None:
+            i = idx.first_at_or_after(start)
+            if i >= len(idx):
+                return
+            first = int(idx.offsets[i])
+            if end is not None and first >= end:
+                return
+        if first:
+            raw.seek(first)
+        stream = FrameStream(raw, path=path, offset=first, size=size, chunk_size=chunk_size, check_crc=check_crc)
+        if start > 0 and idx is None:
+            if not stream.resync(limit=end):
+                return
+        yield from stream.frames(stop=end, report_corrupt=on_corrupt == "report")
+
+
+def record_ranges(size: int, n: int) -> List[Tuple[int, int]]:
+    """Split ``[0, size)`` into ``n`` nearly equal byte ranges."""
+    return [(size * i // n, size * (i + 1) // n) for i in range(n)]
+
+
+def shard_range(path: str, shard: Tuple[int, int], index: Optional[RecordIndex]) -> Tuple[int, Optional[int]]:
+    """The byte range ``[start, end)`` of shard ``i`` of ``n`` of an uncompressed file."""
+    i, n = shard
+    if not (0 <= i < n):
+        raise ValueError(f"shard index {i} is not in [0, {n})")
+    if index is not None:
+        count = len(index)
+        a, b = count * i // n, count * (i + 1) // n
+        if a >= b:
+            return 0, 0
+        end = int(index.offsets[b]) if b < count else None
+        return int(index.offsets[a]), end
+    size = files.file_size(path)
+    start, end = record_ranges(size, n)[i]
+    return start, end
+
+
+def tfrecord_iterator(
+    data_path: str,
+    index_path: Optional[str] = None,
+    shard: Optional[Tuple[int, int]] = None,
+    compression_type: Optional[str] = None,
+    check_crc: bool = True,
+) -> Iterator[memoryview]:
+    """Yield each record's data (a ``memoryview``) of ``data_path``, or of one shard of it.
+
+    Drop-in for ``tfrecord.reader.tfrecord_iterator``; the views stay valid after
+    iteration moves on, and both CRCs are checked unless ``check_crc=False``.
+    """
+    kind = files.normalize_compression(compression_type, data_path)
+    if shard is None:
+        for _, data in read_records(data_path, compression_type=kind, check_crc=check_crc):
+            yield data
+        return
+    i, n = shard
+    if kind:
+        if not (0 <= i < n):
+            raise ValueError(f"shard index {i} is not in [0, {n})")
+        for k, (_, data) in enumerate(read_records(data_path, compression_type=kind, check_crc=check_crc)):
+            if k % n == i:
+                yield data
+        return
+    index = load_index(index_path) if index_path else None
+    if index is not None and not index.matches(files.file_size(data_path)):
+        raise IndexFileError(
+            f"index {index_path} does not describe this file (stale or for another file); rebuild it",
+            data_path,
+        )
+    start, end = shard_range(data_path, shard, index)
+    if end is not None and end <= start:
+        return
+    for _, data in read_records(data_path, start, end, check_crc=check_crc, index=index):
+        yield data
+
+
+def example_loader(
+    data_path: str,
+    index_path: Optional[str],
+    description: Description = None,
+    shard: Optional[Tuple[int, int]] = None,
+    compression_type: Optional[str] = None,
+) -> Iterator[Dict[str, Any]]:
+    """Yield each Example of the file as a dict of NumPy arrays (see ``codec``)."""
+    for record in tfrecord_iterator(data_path, index_path, shard, compression_type):
+        yield parse_example(record, description)
+
+
+def sequence_loader(
+    data_path: str,
+    index_path: Optional[str],
+    context_description: Description = None,
+    features_description: Description = None,
+    shard: Optional[Tuple[int, int]] = None,
+    compression_type: Optional[str] = None,
+) -> Iterator[Tuple[Dict[str, Any], Dict[str, List[Any]]]]:
+    """Yield ``(context, feature_lists)`` for each SequenceExample of the file."""
+    for record in tfrecord_iterator(data_path, index_path, shard, compression_type):
+        yield parse_sequence_example(record, context_description, features_description)
+
+
+def tfrecord_loader(
+    data_path: str,
+    index_path: Optional[str],
+    description: Description = None,
+    shard: Optional[Tuple[int, int]] = None,
+    shuffle_queue_size: Optional[int] = None,
+    compression_type: Optional[str] = None,
+    sequence_description: Description = None,
+) -> Iterator[Any]:
+    """Examples (dicts) or, with ``sequence_description``, SequenceExamples
+    (``(context, feature_lists)``) of one file, optionally through a shuffle buffer."""
+    if sequence_description is not None:
+        loader: Iterator[Any] = sequence_loader(
+            data_path, index_path, description, sequence_description, shard, compression_type
+        )
+    else:
+        loader = example_loader(data_path, index_path, description, shard, compression_type)
+    if shuffle_queue_size:
+        loader = iterator_utils.shuffle_iterator(loader, shuffle_queue_size)
+    return loader
+
+
+def multi_tfrecord_loader(
+    data_pattern: str,
+    index_pattern: Optional[str],
+    splits: Dict[str, float],
+    description: Description = None,
+    sequence_description: Description = None,
+    compression_type: Optional[str] = None,
+    infinite: bool = True,
+    shuffle_queue_size: Optional[int] = None,
+) -> Iterator[Any]:
+    """Sample records from several files (``data_pattern.format(split)``) with the
+    given weights. Zero-weight splits are never opened; see
+    ``iterator_utils.sample_iterators`` for how ends are handled."""
+    weights = iterator_utils.check_weights(splits)
+    names = [name for name, w in zip(splits, weights) if w > 0]
+
+    def opener(name: str) -> Callable[[], Iterator[Any]]:
+        return lambda: tfrecord_loader(
+            data_pattern.format(name),
+            index_pattern.format(name) if index_pattern else None,
+            description,
+            None,
+            None,
+            compression_type,
+            sequence_description,
+        )
+
+    openers = [opener(n) for n in names]
+    chosen = [w for w in weights if w > 0]
+    if infinite:
+        iterators: Sequence[Iterator[Any]] = [iterator_utils.cycle(fn) for fn in openers]
+    else:
+        iterators = [fn() for fn in openers]
+    loader = iterator_utils.sample_iterators(iterators, chosen, infinite=infinite)
+    if shuffle_queue_size:
+        loader = iterator_utils.shuffle_iterator(loader, shuffle_queue_size)
+    return loader
