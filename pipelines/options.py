@@ -1,0 +1,67 @@
+"""Beam pipeline options for our jobs: local defaults, config ``runner`` sections, and
+whatever Beam flags the user passes through on the command line.
+
+Local default: ``DirectRunner`` with 2 workers in multi-processing mode, named
+explicitly so Beam never goes looking for a runner to download.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+LOCAL_DEFAULTS: Dict[str, Any] = {
+    "runner": "DirectRunner",
+    "direct_num_workers": 2,
+    "direct_running_mode": "multi_processing",
+}
+
+LOCAL_RUNNERS = {"directrunner", "fnapirunner", "bundlebaseddirectrunner", "switchingdirectrunner", "prismrunner"}
+
+
+def _flag(name: str, value: Any) -> List[str]:
+    if isinstance(value, bool):
+        return [f"--{name}"] if value else []
+    if isinstance(value, (list, tuple)):
+        return [f"--{name}={v}" for v in value]
+    return [f"--{name}={value}"]
+
+
+def beam_args(runner_cfg: Optional[Mapping[str, Any]], passthrough: Sequence[str]) -> List[str]:
+    """Flags for ``PipelineOptions``: local defaults < config < command line."""
+    merged: Dict[str, Any] = dict(LOCAL_DEFAULTS)
+    cfg = dict(runner_cfg or {})
+    runner = cfg.get("runner")
+    if runner and runner.lower() not in ("directrunner",):
+        # Non-local runners do not take the direct runner's options.
+        merged = {"runner": runner}
+    elif runner:
+        merged["runner"] = runner
+    merged.update(cfg.get("options") or {})
+    passed = {a.split("=", 1)[0].lstrip("-") for a in passthrough if a.startswith("--")}
+    if "runner" in passed:
+        merged = {k: v for k, v in merged.items() if not k.startswith("direct_")} if not any(
+            a.lower().startswith("--runner=directrunner") for a in passthrough
+        ) else merged
+    args: List[str] = []
+    for name, value in merged.items():
+        if name not in passed:
+            args += _flag(name, value)
+    return args + list(passthrough)
+
+
+def pipeline_options(runner_cfg: Optional[Mapping[str, Any]], passthrough: Sequence[str]):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    return PipelineOptions(beam_args(runner_cfg, passthrough))
+
+
+def runner_name(args: Sequence[str]) -> str:
+    for a in reversed(list(args)):
+        if a.startswith("--runner="):
+            return a.split("=", 1)[1]
+    return "DirectRunner"
+
+
+def is_local(args: Sequence[str]) -> bool:
+    name = runner_name(args).lower()
+    return name in LOCAL_RUNNERS or name + "runner" in LOCAL_RUNNERS or "fn_api_runner" in name
