@@ -113,6 +113,9 @@ def write_index_atomic(index: RecordIndex, index_path: str) -> None:
     directory = os.path.dirname(os.path.abspath(index_path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".index", dir=directory)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; an index is as readable as its data
         with os.fdopen(fd, "wb") as f:
             f.write(text)
             f.flush()
