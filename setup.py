@@ -98,6 +98,7 @@ setup(
     entry_points={
         "console_scripts": [
             "tfrecord2idx=tfrecord_io.tools.tfrecord2idx:main",
+            "tfrecord-io=pipelines.cli:main",
         ],
     },
 )
