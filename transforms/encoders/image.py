@@ -197,7 +197,7 @@ class Image(Encoder):
         except UnidentifiedImageError:
             raise EncodeError("decode", f"{where}not an image Pillow can read ({len(data)} bytes, starts {data[:8]!r})") from None
         except Exception as err:  # noqa: BLE001 - any header parse failure rejects this row
-            raise EncodeError("decode", f"{where}bad image header ({type(err).__name__}: {err})") from None
+            raise EncodeError("decode", f"{where}cannot read the image header ({type(err).__name__}: {err})") from None
         width, height = image.size
         limit = self._limit()
         if limit is not None and width * height > limit:
