@@ -112,7 +112,8 @@ class Bytes(Encoder):
 
 class Label(Encoder):
     """A class id (int64). With ``vocabulary``, names map to their position in it
-    (an id given as a number must be in range); with ``num_classes``, ids are checked
+    (an id given as a number, or as a string of digits that is not a name, must be
+    in range); with ``num_classes``, ids are checked
     to be in ``[0, num_classes)``. Unknown names are rejected at stage ``transform``.
     """
 
@@ -137,7 +138,9 @@ class Label(Encoder):
             stripped = value.strip()
             if stripped in self._ids:
                 return self._ids[stripped]
-            raise EncodeError("transform", f"label {value!r:.60} is not in the vocabulary ({len(self.vocabulary)} names)")
+            if not stripped.lstrip("-").isdigit():  # "2" from a CSV is an id; "fish" is not
+                raise EncodeError("transform", f"label {value!r:.60} is not in the vocabulary ({len(self.vocabulary)} names)")
+            value = stripped
         out = parse_int(value)
         if self.num_classes is not None and not 0 <= out < self.num_classes:
             raise EncodeError("transform", f"label id {out} is outside [0, {self.num_classes})")
