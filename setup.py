@@ -90,6 +90,7 @@ setup(
             "pytest-timeout>=2.3",
             "hypothesis>=6.100",
             "tfrecord==1.14.6",
+            "dockerfile>=3.3",
             "pillow>=10",
             "librosa>=0.10",
             "soundfile>=0.12",

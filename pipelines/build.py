@@ -156,6 +156,15 @@ class BuildSummary:
         return out
 
 
+def resolve_auto_vocabularies(columns: Dict[str, Dict[str, Any]], sources: Dict[str, str], rows: List[Dict[str, Any]]) -> None:
+    """``vocabulary: auto`` -> the sorted distinct values of the column, so label ids
+    are the same on every rerun over the same inputs (and recorded in dataset_info.json)."""
+    for name, settings in columns.items():
+        if settings.get("vocabulary") == "auto":
+            values = {str(r.get(sources[name])) for r in rows if r.get(sources[name]) not in (None, "")}
+            settings["vocabulary"] = sorted(values)
+
+
 def feature_spec(encoders: Dict[str, Any]) -> Dict[str, Any]:
     from transforms.rows import check_spec
 
@@ -165,10 +174,11 @@ def feature_spec(encoders: Dict[str, Any]) -> Dict[str, Any]:
 def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print) -> BuildSummary:
     """Validate everything that can be checked up front, run the pipeline, publish."""
     started = time.monotonic()
-    encoders = make_encoders(cfg["columns"])
     sources = {name: s.get("column") or name for name, s in cfg["columns"].items()}
     media_sources = [sources[c] for c in media_columns(cfg["columns"])]
     rows = load_rows(cfg["input"], media_sources, sorted(set(sources.values())))
+    resolve_auto_vocabularies(cfg["columns"], sources, rows)
+    encoders = make_encoders(cfg["columns"])
     spec = feature_spec(encoders)
     key_column = cfg.get("key")
     if key_column and not any(key_column in r for r in rows):

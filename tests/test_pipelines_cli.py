@@ -223,3 +223,48 @@ def test_reshard_preserves_multiset_and_filters(built, tmp_path):
     labels = [int(tfrecord_io.parse_example(r, {"label": "int"})["label"][0]) for r in tfrecord_io.tfrecord_iterator(gz)]
     expected = sum(n for r, n in before.items() if tfrecord_io.parse_example(r, {"label": "int"})["label"][0] == 0)
     assert labels == [0] * expected and expected > 0
+
+
+def test_shipped_configs_are_valid():
+    import glob as _glob
+
+    from pipelines.config import validate_config
+    from pipelines.encoders_config import make_encoders
+    from pipelines.options import beam_args
+    from tests.pipeline_support import REPO
+
+    datasets = sorted(_glob.glob(os.path.join(REPO, "configs", "datasets", "*.yaml")))
+    assert len(datasets) >= 3
+    for path in datasets:
+        raw = yaml.safe_load(open(path))
+        cfg = validate_config(raw, os.path.dirname(path))
+        columns = {k: dict(v, vocabulary=["a", "b"]) if v.get("vocabulary") == "auto" else v for k, v in cfg["columns"].items()}
+        assert make_encoders(columns)
+    runners = sorted(_glob.glob(os.path.join(REPO, "configs", "*.yaml")))
+    assert any(p.endswith("local.yaml") for p in runners)
+    for path in runners:
+        section = yaml.safe_load(open(path))["runner"]
+        flags = beam_args(section, [])
+        assert any(f.startswith("--runner=") for f in flags), path
+
+
+def test_dockerfile_is_well_formed_and_matches_the_beam_pin():
+    import re
+
+    import dockerfile
+
+    from tests.pipeline_support import REPO
+
+    commands = dockerfile.parse_file(os.path.join(REPO, "Dockerfile"))
+    by_cmd = {}
+    for c in commands:
+        by_cmd.setdefault(c.cmd, []).append(c)
+    (base,) = by_cmd["FROM"]
+    setup = open(os.path.join(REPO, "setup.py")).read()
+    pin = re.search(r'"apache-beam==([0-9.]+)"', setup).group(1)
+    assert base.value[0] == f"apache/beam_python3.11_sdk:{pin}"
+    for copy in by_cmd["COPY"]:
+        for src in copy.value[:-1]:
+            assert os.path.exists(os.path.join(REPO, src)), f"COPY source {src} does not exist"
+    assert by_cmd["ENTRYPOINT"][0].value == ("/opt/apache/beam/boot",)
+    assert any("pip install" in " ".join(r.value) for r in by_cmd["RUN"])
