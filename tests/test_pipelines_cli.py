@@ -268,3 +268,24 @@ def test_dockerfile_is_well_formed_and_matches_the_beam_pin():
             assert os.path.exists(os.path.join(REPO, src)), f"COPY source {src} does not exist"
     assert by_cmd["ENTRYPOINT"][0].value == ("/opt/apache/beam/boot",)
     assert any("pip install" in " ".join(r.value) for r in by_cmd["RUN"])
+
+
+def test_scheduled_build_entry_takes_flags(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.pipeline_support import REPO
+
+    (tmp_path / "m.csv").write_text("caption,label\nhello,1\nwelt,2\n")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({
+        "name": "t", "input": {"manifest": "m.csv"}, "sharding": {"num_shards": 1},
+        "columns": {"caption": {"encoder": "text"}, "label": {"encoder": "int"}}, "output": {"dir": "out"},
+    }))
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "pipelines", "scheduled_build.py"), f"--config={tmp_path / 'c.yaml'}",
+         "--version=20261130T020000", *IN_PROCESS],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert dataset_dir.read_latest(str(tmp_path / "out")) == "20261130T020000"
+    assert "written: 2" in proc.stdout
