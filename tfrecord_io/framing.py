@@ -21,7 +21,9 @@ makes a constant number of C calls per record (no per-byte Python loop).
 
 from __future__ import annotations
 
+import gzip
 import struct
+import zlib
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator, List, Optional, Tuple, Union
 
@@ -183,7 +185,7 @@ class FrameStream:
         have = avail
         target = max(need, self._chunk)
         while have < target:
-            piece = self._stream.read(max(self._chunk, min(target - have, 1 << 26)))
+            piece = self._read(max(self._chunk, min(target - have, 1 << 26)))
             if not piece:
                 self._eof = True
                 break
@@ -193,6 +195,25 @@ class FrameStream:
                 break
         self._buf = parts[0] if len(parts) == 1 else b"".join(parts)
         return have >= need
+
+    def _read(self, n: int) -> bytes:
+        """Read from the stream; a GZIP/ZLIB stream that is cut short or damaged raises
+        our errors (path + offset of the record being read), not ``EOFError``/``zlib.error``."""
+        try:
+            return self._stream.read(n)
+        except EOFError as err:
+            raise TruncatedRecordError(
+                f"the compressed stream ends before its end marker (file truncated?): {err}; "
+                "the offset is in the decompressed data",
+                self.path,
+                self._base,
+            ) from None
+        except (zlib.error, gzip.BadGzipFile) as err:
+            raise CorruptRecordError(
+                f"the compressed stream is corrupt: {err}; the offset is in the decompressed data",
+                self.path,
+                self._base,
+            ) from None
 
     def _error(self, status: int, pos: int) -> Exception:
         off = self._base + pos
