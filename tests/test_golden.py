@@ -331,3 +331,28 @@ def test_tensorflow_parses_examples_written_here(tmp_path):
         text = row["text"] if isinstance(row["text"], list) else [b""]
         assert [bytes.fromhex(t) for t in g["text"]] == text
         assert g["big"] == row["big"].tolist()
+
+
+_NO_TF = r"""
+import pytest, tfio_testutil
+try:
+    tfio_testutil.require_tf_python()
+except pytest.skip.Exception:
+    print("skipped")
+except pytest.fail.Exception:
+    print("failed")
+"""
+
+
+@pytest.mark.parametrize("require,outcome", [("", "skipped"), ("1", "failed")])
+def test_missing_tensorflow_skips_or_fails_in_ci(tmp_path, require, outcome):
+    """Without TF the TF tests skip with a reason, but CI (TFRECORD_IO_REQUIRE_TF=1) fails."""
+    import subprocess
+    import sys
+
+    from tfio_testutil import TESTS
+
+    env = dict(os.environ, TFRECORD_IO_TF_PYTHON=str(tmp_path / "no-python"), TFRECORD_IO_REQUIRE_TF=require)
+    env["PYTHONPATH"] = TESTS
+    proc = subprocess.run([sys.executable, "-c", _NO_TF], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == outcome, proc.stderr

@@ -65,9 +65,9 @@ def expected_value(desc: Dict[str, Any]):
 
 
 def _candidates() -> List[str]:
+    if os.environ.get("TFRECORD_IO_TF_PYTHON"):  # an explicit choice is the only one tried
+        return [os.environ["TFRECORD_IO_TF_PYTHON"]]
     out = []
-    if os.environ.get("TFRECORD_IO_TF_PYTHON"):
-        out.append(os.environ["TFRECORD_IO_TF_PYTHON"])
     if os.environ.get("TFRECORD_IO_TF_VENV"):
         out.append(os.path.join(os.environ["TFRECORD_IO_TF_VENV"], "bin", "python"))
     out.append(os.path.expanduser("~/.cache/tfrecord-io/tfenv/bin/python"))
