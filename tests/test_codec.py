@@ -134,6 +134,9 @@ def test_numpy_S_array_loses_trailing_zeros_but_object_arrays_keep_them():
         ({"u": np.array([2**64 - 1], dtype=np.uint64)}, "u"),
         ({"big": (2**63, "int")}, "big"),
         ({"t": (1, "complex")}, "t"),
+        ({"fs": ("1.5", "float")}, "fs"),
+        ({"fb": (b"2", "float")}, "fb"),
+        ({"fl": (["1", 2.0], "float")}, "fl"),
     ],
 )
 def test_wrong_types_name_the_key(datum, key):
@@ -158,6 +161,12 @@ def test_description_forms():
 def test_invalid_payload_is_a_codec_error():
     with pytest.raises(tfio.ExampleCodecError):
         codec.parse_example(b"\xff\xff\xff")
+    with pytest.raises(tfio.ExampleCodecError):
+        codec.parse_sequence_example(b"\xff\xff\xff")
+    with pytest.raises(tfio.ExampleCodecError):
+        codec.infer_description(b"\xff\xff\xff")
+    with pytest.raises(tfio.ExampleCodecError):
+        codec.parse_examples_batch([codec.serialize_example({"a": 1}), b"\xff\xff\xff"], {"a": "int"})
     assert isinstance(tfio.ExampleCodecError("x"), ValueError)
 
 
