@@ -105,6 +105,12 @@ def _as_bytes(key: str, item: Any) -> bytes:
     raise ExampleCodecError(f"feature {key!r}: expected bytes or str, got {type(item).__name__}")
 
 
+def _check_number(key: str, v: Any) -> None:
+    """``float()`` would accept ``"1.5"`` and ``b"2"``: a string is a wrong type here."""
+    if isinstance(v, (str, bytes, bytearray, memoryview, np.str_, np.bytes_)):
+        raise ExampleCodecError(f"feature {key!r}: {type(v).__name__} value {v!r:.40} given for a 'float' feature")
+
+
 def _fill_feature(feature: Feature, key: str, value: Any, kind: str) -> None:
     try:
         if kind == BYTES:
@@ -139,8 +145,11 @@ def _fill_feature(feature: Feature, key: str, value: Any, kind: str) -> None:
                     raise ExampleCodecError(f"feature {key!r}: {value.dtype} array given for a 'float' feature")
                 feature.float_list.value.extend(value.ravel().astype(np.float32, copy=False).tolist())
             elif isinstance(value, (list, tuple)):
+                for v in value:
+                    _check_number(key, v)
                 feature.float_list.value.extend([float(v) for v in value])
             else:
+                _check_number(key, value)
                 feature.float_list.value.append(float(value))
         else:  # pragma: no cover - kinds come from TYPE_NAMES/_infer_kind
             raise ExampleCodecError(f"feature {key!r}: unknown kind {kind}")
@@ -315,7 +324,10 @@ def parse_sequence_example(
 def infer_description(data) -> Dict[str, str]:
     """The description (``{key: 'byte'|'int'|'float'}``) of one serialised Example."""
     example = Example()
-    example.ParseFromString(data)
+    try:
+        example.ParseFromString(data)
+    except Exception as err:
+        raise ExampleCodecError(f"not a valid tf.train.Example: {err}") from None
     names = {BYTES: "byte", FLOAT: "float", INT64: "int"}
     return {
         k: names.get(example.features.feature[k].WhichOneof("kind"), "float")
@@ -335,7 +347,10 @@ def parse_examples_batch(records: Iterable, description: Mapping[str, str]) -> D
     example = Example()
     for data in records:
         example.Clear()
-        example.ParseFromString(data)
+        try:
+            example.ParseFromString(data)
+        except Exception as err:
+            raise ExampleCodecError(f"not a valid tf.train.Example: {err}") from None
         fmap = example.features.feature
         for key, kind in wanted:
             if key not in fmap:
