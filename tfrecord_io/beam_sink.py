@@ -37,7 +37,6 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsList
 from apache_beam.transforms import window
-from apache_beam.utils.windowed_value import WindowedValue
 
 from . import files
 from .crc import crc32c
@@ -170,7 +169,7 @@ class _BucketRecords(beam.DoFn):
     def finish_bundle(self):
         for shard in sorted(self._buffers):
             if self._buffers[shard]:
-                yield WindowedValue((shard, self._buffers[shard]), window.GlobalWindow().max_timestamp(), (window.GlobalWindow(),))
+                yield window.GlobalWindows.windowed_value((shard, self._buffers[shard]))
         self._buffers = {}
 
 
@@ -262,7 +261,7 @@ class _WriteBundles(beam.DoFn):
                 self._writer.abort()
             raise
         for result in self._done:
-            yield WindowedValue(result, window.GlobalWindow().max_timestamp(), (window.GlobalWindow(),))
+            yield window.GlobalWindows.windowed_value(result)
 
     def teardown(self):
         writer = getattr(self, "_writer", None)

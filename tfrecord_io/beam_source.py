@@ -46,7 +46,8 @@ from apache_beam.typehints import Tuple as TupleHint
 from . import files
 from .codec import Description, parse_example
 from .errors import ExampleCodecError, IndexFileError, TFRecordError
-from .framing import FRAME_OVERHEAD, CorruptRegion, FrameStream
+from .crc import masked_crc32c
+from .framing import FRAME_OVERHEAD, HEADER_SIZE, CorruptRegion, FrameStream
 from .index import RecordIndex, find_index, load_index
 from .reader import read_records
 
@@ -225,6 +226,9 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
             return
         start, stop = restriction.start, restriction.stop
         index = self._index_for(path, size) if start > 0 else None
+        if index is not None and not _index_start_ok(path, index, start):
+            self._stale.inc()  # same size but other boundaries: resynchronise instead
+            index = None
         items = read_records(
             path,
             start,
@@ -331,6 +335,28 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
             yield batch
         self._records.inc(n_records)
         self._bytes.inc(n_bytes)
+
+
+def _index_start_ok(path: str, index: RecordIndex, start: int) -> bool:
+    """Does the record the index names as the first at or after ``start`` really begin
+    there? Its header's length CRC must match and its frame size must agree.
+
+    ``RecordIndex.matches`` only checks that the index tiles a file of this size; an
+    index of another file of the same size passes that, and this catches it per range.
+    """
+    i = index.first_at_or_after(start)
+    if i >= len(index):
+        return True  # nothing begins in or after this range by the index; the chain agrees
+    offset = int(index.offsets[i])
+    with files.open_raw(path, "rb") as raw:
+        raw.seek(offset)
+        header = raw.read(HEADER_SIZE)
+    if len(header) < HEADER_SIZE:
+        return False
+    length = int.from_bytes(header[:8], "little")
+    return masked_crc32c(header[:8]) == int.from_bytes(header[8:], "little") and length + FRAME_OVERHEAD == int(
+        index.sizes[i]
+    )
 
 
 def _dead_letter_entry(region: CorruptRegion) -> Dict[str, Any]:
