@@ -137,3 +137,60 @@ def test_tensorflow_parses_the_golden_example_with_our_spec():
     np.testing.assert_array_equal(np.array(dec["gray"], dtype=np.uint8), ours["gray"])
     np.testing.assert_array_equal(np.array(dec["audio"], dtype=np.float32), ours["audio"].samples)
     assert dec["weights"] == golden.ROW["weights"]
+
+
+TF_SEQ_SCRIPT = r"""
+import json, sys
+import tensorflow as tf
+
+path, spec_json = sys.argv[1], sys.argv[2]
+context, sequence = {}, {}
+for key, e in json.loads(spec_json).items():
+    dtype = getattr(tf, e["dtype"])
+    if e["type"] == "FixedLenFeature":
+        obj = tf.io.FixedLenFeature(e["shape"], dtype)
+    elif e["type"] == "FixedLenSequenceFeature":
+        obj = tf.io.FixedLenSequenceFeature(e["shape"], dtype)
+    else:
+        obj = tf.io.VarLenFeature(dtype)
+    (sequence if e["sequence"] else context)[key] = obj
+(record,) = list(tf.data.TFRecordDataset(path))
+ctx, seq = tf.io.parse_single_sequence_example(record, context, sequence)
+out = {}
+for part in (ctx, seq):
+    for key, value in part.items():
+        if isinstance(value, tf.sparse.SparseTensor):
+            value = tf.sparse.to_dense(value)
+        arr = value.numpy()
+        out[key] = {"shape": list(getattr(arr, "shape", [])), "values": [v.decode() if isinstance(v, bytes) else v for v in arr.reshape(-1).tolist()] if hasattr(arr, "reshape") else [arr.decode()]}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.tensorflow
+def test_tensorflow_parses_our_sequence_examples(tmp_path):
+    from tfrecord_io.writer import RecordWriter
+    from transforms import AudioFrames, Steps, Text, decode_sequence_example, encode_sequence_row
+
+    from transforms_media import audio_bytes, sine
+
+    exe = tf_python()
+    context = {"caption": Text()}
+    sequence = {"tokens": Steps("int", vocabulary=["a", "b", "c"]), "audio": AudioFrames(frame_length=64, hop_length=32), "emb": Steps("float", step_length=2)}
+    row = {"caption": "abc", "tokens": ["a", "c", "b", "b"], "audio": audio_bytes(sine(8000, 0.02, 1), 8000, "WAV", "FLOAT"), "emb": [[0.5, 1.5], [2.5, 3.5]]}
+    path = str(tmp_path / "seq.tfrecord")
+    with RecordWriter(path) as w:
+        w.write_record(encode_sequence_row(row, context, sequence))
+    spec = tf_parse_spec(feature_specs({**context, **sequence}))
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([exe, "-c", TF_SEQ_SCRIPT, path, json.dumps(spec)], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    ours = decode_sequence_example(next(read_records(path))[1], context, sequence)
+    assert out["caption"]["values"] == ["abc"]
+    assert out["tokens"]["shape"] == [4] and out["tokens"]["values"] == [0, 2, 1, 1] == ours["tokens"].tolist()
+    assert out["tokens/length"]["values"] == [4]
+    assert out["emb"]["shape"] == [2, 2] and out["emb"]["values"] == [0.5, 1.5, 2.5, 3.5]
+    frames = ours["audio"].frames
+    assert out["audio"]["shape"] == [frames.shape[0], 64]
+    np.testing.assert_array_equal(np.float32(out["audio"]["values"]), frames.reshape(-1))
