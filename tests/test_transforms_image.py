@@ -255,3 +255,15 @@ def test_features_describe_keys():
     feats = encode_features({"photo": image_bytes(PILImage.fromarray(gradient(4, 4)), "PNG")}, {"photo": Image(key="img")})
     assert sorted(feats) == sorted(f"img/{k}" for k in ("encoded", "format", "height", "width", "channels", "mode", "dtype"))
     assert [s.key for s in Image(key="img").feature_specs("photo")] == [f"img/{k}" for k in ("encoded", "format", "height", "width", "channels", "mode", "dtype")]
+
+
+def test_verify_false_reads_only_the_header_when_bytes_are_kept():
+    whole = image_bytes(PILImage.fromarray(pixels(64, 64, 3)), "JPEG", quality=90)
+    cut = whole[:-300]
+    feats = encode_features({"image": cut}, {"image": Image(verify=False)})
+    assert feats["image/encoded"][0] == cut and feats["image/height"][0] == 64  # trusted: not decoded
+    reject(cut, Image())  # the default decodes and rejects it
+    err = reject(b"\x89PNG\r\n\x1a\n" + bytes(20), Image(verify=False))  # a bad header is still caught
+    assert err.stage == "decode"
+    err = reject(cut, Image(verify=False, mode="L"))  # a conversion needs the pixels
+    assert err.stage in ("decode", "transform")

@@ -177,3 +177,37 @@ def test_specs_serialise_and_describe():
     assert tf_spec["t"]["type"] == "VarLenFeature"  # optional: may be absent
     assert Label(["a", "b"]).to_config() == {"type": "Label", "vocabulary": ["a", "b"], "num_classes": 2, "optional": False, "key": None}
     assert Image(resize=(2, 3)).to_config()["resize"] == [2, 3]
+
+
+def test_spec_config_round_trip_and_info():
+    import json
+    import pickle
+
+    from transforms import Audio, AudioFrames, ExampleDecoder, Steps, spec_config, spec_from_config, spec_info
+
+    spec = {
+        "image": Image(mode="RGB", reencode="jpeg", quality=80, resize=(32, 16)),
+        "caption": Text(strip=True),
+        "audio": Audio(sample_rate=16000, mono=True, storage="floats"),
+        "label": Label(vocabulary=["cat", "dog"]),
+        "emb": Array(dtype="float32", shape=(4,)),
+        "n": Int(optional=True),
+        "s": Float(),
+    }
+    config = json.loads(json.dumps(spec_config(spec)))  # through JSON, as a job config would be
+    rebuilt = spec_from_config(config)
+    assert spec_config(rebuilt) == config
+    assert feature_specs(rebuilt) == feature_specs(spec)
+    assert spec_from_config({"t": Steps("int", step_length=None).to_config()})["t"].step_length is None
+    assert spec_from_config({"f": AudioFrames(400, 160).to_config()})["f"].hop_length == 160
+    info = spec_info(spec)
+    assert info["columns"]["label"]["vocabulary"] == ["cat", "dog"]
+    assert {f["key"] for f in info["features"]} >= {"image/encoded", "audio/samples", "label", "emb", "emb/shape"}
+    assert info["tf_parse_spec"]["n"]["type"] == "VarLenFeature"
+    json.dumps(info)
+    with pytest.raises(ValueError, match="unknown encoder"):
+        spec_from_config({"x": {"type": "Video"}})
+    with pytest.raises(ValueError, match="Image"):
+        spec_from_config({"x": {"type": "Image", "colour": "red"}})
+    dec = pickle.loads(pickle.dumps(ExampleDecoder({"n": Int()})))
+    assert dec(encode_row({"n": 5}, {"n": Int()})) == {"n": 5}

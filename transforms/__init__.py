@@ -44,7 +44,8 @@ AudioFrames    feature list ``<p>`` (float list per frame), context
 Every encoder has ``feature_specs(column)`` (list of :class:`FeatureSpec`: key, type,
 shape, required, dtype), usable for ``dataset_info.json`` (``FeatureSpec.to_dict``),
 for validation, and for TensorFlow (:func:`tf_parse_spec`, :func:`to_tf_feature_spec`);
-and ``to_config()`` (its parameters, JSON-ready).
+and ``to_config()`` (its parameters, JSON-ready); ``spec_from_config`` rebuilds a spec
+from those dicts (a job config), ``spec_info`` describes it for ``dataset_info.json``.
 
 The encoders, ``encode_row``, ``decode_example`` and ``check_record`` are plain Python
 (no Beam), for PyTorch or tf.data code; the PTransforms are imported on first use.
@@ -58,7 +59,8 @@ from importlib import import_module
 from typing import Any
 
 from .checks import check_record, validate_files
-from .decoders import DecodeError, decode_example, decode_image, decode_sequence_example
+from .config import encoder_from_config, spec_config, spec_from_config, spec_info
+from .decoders import DecodeError, ExampleDecoder, decode_example, decode_image, decode_sequence_example
 from .encoders import (
     Array,
     Audio,
@@ -98,7 +100,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Array", "Audio", "AudioData", "AudioFrames", "Bytes", "DecodeError", "Encoder", "EncodeError",
+    "Array", "Audio", "AudioData", "AudioFrames", "Bytes", "DecodeError", "Encoder", "EncodeError", "ExampleDecoder",
+    "encoder_from_config", "spec_config", "spec_from_config", "spec_info",
     "FeatureSpec", "Float", "FramesData", "Image", "Int", "Label", "STAGES", "SequenceEncoder", "Steps",
     "Text", "check_record", "check_spec", "decode_example", "decode_image", "decode_sequence_example",
     "description", "encode_features", "encode_row", "encode_sequence_row", "feature_specs",

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from .decoders import decode_example, decode_sequence_example
+from .decoders import ExampleDecoder, decode_sequence_example
 from .rows import check_spec
 from .encoders.base import Encoder
 from .encoders.sequence import SequenceEncoder
@@ -48,14 +48,6 @@ class _DecodeFn(beam.DoFn):
         yield out
 
 
-class _ExampleDecoder:
-    def __init__(self, spec):
-        self.spec = dict(spec)
-
-    def __call__(self, record):
-        return decode_example(record, self.spec)
-
-
 class _SequenceDecoder:
     def __init__(self, context, sequence):
         self.context = dict(context or {})
@@ -74,7 +66,7 @@ class DecodeExample(beam.PTransform):
         self.spec = dict(spec)
 
     def expand(self, records):
-        out = records | "Decode" >> beam.ParDo(_DecodeFn(_ExampleDecoder(self.spec))).with_outputs("rejected", main="decoded")
+        out = records | "Decode" >> beam.ParDo(_DecodeFn(ExampleDecoder(self.spec))).with_outputs("rejected", main="decoded")
         return DecodeResult(out.decoded, out.rejected)
 
 

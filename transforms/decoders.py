@@ -99,4 +99,15 @@ def decode_sequence_example(data, context: Optional[Mapping[str, Any]], sequence
     return out
 
 
-__all__ = ["AudioData", "DecodeError", "decode_example", "decode_image", "decode_sequence_example"]
+class ExampleDecoder:
+    """A picklable ``record -> {column: value}`` for a spec: pass it as the transform
+    of a PyTorch dataset or DataLoader worker, or map it over records."""
+
+    def __init__(self, spec: Mapping[str, Any]):
+        self.spec = dict(spec)
+
+    def __call__(self, record) -> Dict[str, Any]:
+        return decode_example(record, self.spec)
+
+
+__all__ = ["AudioData", "DecodeError", "ExampleDecoder", "decode_example", "decode_image", "decode_sequence_example"]

@@ -7,10 +7,10 @@ range is read by whichever worker gets it (a record belongs to the range it star
 in, found by resynchronisation), so one big file uses every worker. Compressed files
 are read whole.
 
-The read step is :class:`_SplitRead` (records as ``(path, offset, nbytes, problems)``,
-bad regions as ``CorruptRegion``-like tuples). When ``tfrecord_io.ReadFromTFRecord``
-offers ``with_metadata=True, on_corrupt="dead_letter"``, it replaces ``_SplitRead`` in
-``expand`` below; nothing else changes.
+The read step is :class:`_SplitRead`: ``tfrecord_io``'s ``ReadAllFromTFRecord`` with
+``with_metadata=True, on_corrupt="dead_letter"`` and no index (record boundaries are
+found from the bytes, so a stale index cannot hide damage). Each record is checked
+against the spec next to where it is read; only small summaries reach the combine.
 """
 
 from __future__ import annotations
@@ -20,51 +20,57 @@ from typing import Iterable, Optional, Sequence
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from .checks import add_item, empty_report, finish_report, list_files, merge_reports, read_range, split_file
+from .checks import add_item, check_record, empty_report, finish_report, list_files, merge_reports
 from .spec import FeatureSpec, SpecLike, feature_specs
 
 NAMESPACE = "transforms.validate"
 DEFAULT_BUNDLE_SIZE = 64 << 20
 
 
-class _ReadRangeFn(beam.DoFn):
-    """Read one byte range; emit a small item per record / bad region."""
+class _CheckFn(beam.DoFn):
+    """``(path, offset, record)`` -> ``("record", path, offset, nbytes, problems)``."""
 
-    def __init__(self, specs: Sequence[FeatureSpec], compression_type: Optional[str], check_crc: bool):
+    def __init__(self, specs: Sequence[FeatureSpec]):
         self._specs = list(specs)
-        self._compression = compression_type
-        self._check_crc = check_crc
 
     def setup(self):
-        self.records = Metrics.counter(NAMESPACE, "records")
-        self.bad = Metrics.counter(NAMESPACE, "bad")
+        self.invalid = Metrics.counter(NAMESPACE, "invalid_records")
 
-    def process(self, rng):
-        path, start, end = rng
-        for item in read_range(path, start, end, self._specs, self._compression, self._check_crc):
-            if item[0] == "record":
-                self.records.inc()
-                if item[4]:
-                    self.bad.inc()
-            else:
-                self.bad.inc()
-            yield item
+    def process(self, item):
+        path, offset, data = item
+        problems = check_record(data, self._specs) if self._specs else []
+        if problems:
+            self.invalid.inc()
+        yield ("record", path, offset, len(data), problems)
+
+
+def _corrupt_item(entry):
+    return ("corrupt", entry["path"], entry["start"], entry["end"], entry["reason"])
 
 
 class _SplitRead(beam.PTransform):
-    """``(path, size)`` file entries -> validation items, split by byte ranges."""
+    """``(path, size)`` file entries -> validation items, through the package's
+    splittable read (``ReadAllFromTFRecord``: byte ranges, both CRCs checked, bad
+    regions to a dead-letter output instead of failing)."""
 
     def __init__(self, specs, compression_type, check_crc, bundle_size):
         super().__init__()
         self._specs, self._compression, self._check_crc, self._bundle = specs, compression_type, check_crc, bundle_size
 
     def expand(self, file_entries):
-        return (
-            file_entries
-            | "Split" >> beam.FlatMap(lambda e, b=self._bundle, c=self._compression: split_file(e[0], e[1], b, c))
-            | "Spread" >> beam.Reshuffle()
-            | "ReadRanges" >> beam.ParDo(_ReadRangeFn(self._specs, self._compression, self._check_crc))
+        from tfrecord_io.beam_io import ReadAllFromTFRecord
+
+        read = file_entries | "Paths" >> beam.Map(lambda e: e[0]) | "SplitRead" >> ReadAllFromTFRecord(
+            compression_type="auto" if self._compression is None else self._compression,
+            index_pattern=False,  # validate the bytes themselves: boundaries by resynchronisation
+            desired_bundle_size=self._bundle,
+            with_metadata=True,
+            on_corrupt="dead_letter",
+            check_crc=self._check_crc,
         )
+        records = read.records | "Check" >> beam.ParDo(_CheckFn(self._specs))
+        corrupt = read.dead_letter | "Corrupt" >> beam.Map(_corrupt_item)
+        return (records, corrupt) | "Items" >> beam.Flatten()
 
 
 class _ReportFn(beam.CombineFn):

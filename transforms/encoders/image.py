@@ -141,6 +141,9 @@ class Image(Encoder):
         max_pixels: reject larger images (decompression bombs); None means Pillow's
             ``Image.MAX_IMAGE_PIXELS`` (0 or negative disables the check).
         max_bytes: reject files larger than this many bytes.
+        verify: decode every image in full, so truncated or corrupt pixel data is
+            rejected. ``False`` reads only the header when the bytes are kept
+            unchanged (about 3x faster on JPEGs): for data already checked.
     """
 
     def __init__(
@@ -153,6 +156,7 @@ class Image(Encoder):
         exif_transpose: bool = True,
         max_pixels: Optional[int] = None,
         max_bytes: Optional[int] = None,
+        verify: bool = True,
         *,
         optional: bool = False,
         key: Optional[str] = None,
@@ -182,6 +186,11 @@ class Image(Encoder):
         self.exif_transpose = exif_transpose
         self.max_pixels = max_pixels
         self.max_bytes = max_bytes
+        self.verify = verify
+
+    def _keeps_bytes(self) -> bool:
+        """True when the stored bytes can only be the input's (no conversion asked for)."""
+        return self.reencode is None and self.mode is None and self.resize is None
 
     # ------------------------------------------------------------------ encode
 
@@ -189,7 +198,7 @@ class Image(Encoder):
         limit = self.max_pixels if self.max_pixels is not None else PILImage.MAX_IMAGE_PIXELS
         return limit if limit and limit > 0 else None
 
-    def _open(self, data: bytes, where: str) -> "PILImage.Image":
+    def _open(self, data: bytes, where: str, load: bool = True) -> "PILImage.Image":
         try:
             image = PILImage.open(io.BytesIO(data))
         except PILImage.DecompressionBombError as err:
@@ -207,6 +216,8 @@ class Image(Encoder):
             )
         if width <= 0 or height <= 0:
             raise EncodeError("decode", f"{where}image has no pixels ({width}x{height})")
+        if not load:
+            return image
         try:
             image.load()
         except Exception as err:  # noqa: BLE001 - truncated/corrupt pixel data
@@ -234,7 +245,7 @@ class Image(Encoder):
         _require_pillow()
         data, path = load_media(value, self.max_bytes)
         where = describe(path)
-        image = self._open(data, where)
+        image = self._open(data, where, load=self.verify or not self._keeps_bytes())
         source_format = (image.format or "").upper()
         changed = False
         try:
