@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from . import files
 from .errors import IndexFileError
 from .index import RecordIndex, find_index, load_index
@@ -87,6 +89,8 @@ def describe_file(
                 f"covers {index.data_size} bytes in {len(index)} records, the file has {size}); rebuild it",
                 path,
             )
+    elif size == 0 and not kind:  # an empty plain file needs no index file to be counted
+        index = RecordIndex(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     return FileInfo(path, kind, size, index)
 
 
