@@ -19,17 +19,21 @@ TFDS_NAME = re.compile(r"^(?P<dataset>.+)-(?P<split>[^-/]+)\.(?P<ext>[^-/.]+)-(?
 
 _GLOB_CHARS = set("*?[")
 
+#: Index files beside data files, which a glob such as ``data/train-*`` also matches.
+INDEX_SUFFIXES = (".index", ".idx", ".tfindex")
+
 
 def has_glob(path: str) -> bool:
     return any(c in path for c in _GLOB_CHARS)
 
 
 def expand(spec: PathSpec) -> List[str]:
-    """A path, a glob (sorted matches; an error if none) or a list of paths -> paths."""
+    """A path, a glob or a list of paths -> paths. A glob gives its sorted matches
+    except index files (names ending in ``INDEX_SUFFIXES``), and an error if none."""
     if isinstance(spec, (str, os.PathLike)):
         spec = str(spec)
         if has_glob(spec):
-            found = files.glob(spec)
+            found = [p for p in files.glob(spec) if not p.endswith(INDEX_SUFFIXES)]
             if not found:
                 raise FileNotFoundError(f"no file matches {spec!r}")
             return found
@@ -108,4 +112,4 @@ def split_files(
     return out
 
 
-__all__ = ["TFDS_NAME", "expand", "has_glob", "split_files", "tfds_split", "warn_missing_shards"]
+__all__ = ["INDEX_SUFFIXES", "TFDS_NAME", "expand", "has_glob", "split_files", "tfds_split", "warn_missing_shards"]
