@@ -19,7 +19,7 @@ def example_bytes(i: int, rng: random.Random) -> bytes:
             "id": (i, "int"),
             "tokens": (tokens, "int"),
             "score": ([i / 7.0], "float"),
-            "payload": (os.urandom(rng.randrange(0, 300)), "byte"),
+            "payload": (rng.randbytes(rng.randrange(0, 300)), "byte"),
         }
     )
 
