@@ -86,3 +86,44 @@ def test_stale_or_wrong_index(tmp_path):
         IndexedRecordReader(b, a + ".index")
     with pytest.raises(IndexFileError, match="uncompressed"):
         IndexedRecordReader(str(tmp_path / "c.tfrecord.gz"), a + ".index")
+
+
+@pytest.mark.parametrize("block_size", [1, 700, 1 << 20])
+def test_read_indexed_matches_a_scan(tmp_path, block_size):
+    from tfrecord_io.index import load_index
+    from tfrecord_io.random_access import read_indexed
+
+    path = str(tmp_path / "a.tfrecord")
+    index = load_index(write_examples(path, range(80), index=True))
+    expected = [(o, bytes(d)) for o, d in read_records(path)]
+    got = [(o, bytes(d)) for o, d in read_indexed(path, index, block_size=block_size)]
+    assert got == expected
+    part = [(o, bytes(d)) for o, d in read_indexed(path, index, 13, 41, block_size=block_size)]
+    assert part == expected[13:41]
+
+
+def test_read_indexed_errors_name_the_record(tmp_path):
+    import numpy as np
+
+    from tfrecord_io.index import RecordIndex, load_index
+    from tfrecord_io.random_access import read_indexed
+    from tfrecord_io.writer import RecordWriter
+
+    path = str(tmp_path / "a.tfrecord")
+    index = load_index(write_examples(path, range(50), index=True))
+    offset = corrupt_data_byte(path, 30)
+    with pytest.raises(CorruptRecordError, match=f"byte offset {offset}: corrupt record data"):
+        list(read_indexed(path, index))
+    assert len(list(read_indexed(path, index, 0, 30))) == 30  # records before it are fine
+
+    two = str(tmp_path / "two.tfrecord")
+    with RecordWriter(two) as w:
+        w.write_record(b"abcd")
+        w.write_record(b"abcdefgh")
+    swapped = RecordIndex(np.array([0, 24]), np.array([24, 20]))  # tiles the file, wrong split
+    with pytest.raises(CorruptRecordError, match="byte offset 0: record length mismatch"):
+        list(read_indexed(two, swapped))
+    with open(two, "r+b") as f:
+        f.truncate(30)
+    with pytest.raises(TruncatedRecordError):
+        list(read_indexed(two, RecordIndex(np.array([0, 20]), np.array([20, 24]))))

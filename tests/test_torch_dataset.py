@@ -18,7 +18,7 @@ from tfrecord_io.torch import TFRecordDataset, pad_collate
 from tfrecord_io.torch.dataset import TFRecordDataset as TFRecordDatasetFromModule
 from tfrecord_io.writer import RecordWriter
 
-from tests.torch_data import corrupt_data_byte, write_examples, write_sequences
+from tests.torch_data import corrupt_data_byte, drain, write_examples, write_sequences
 
 N = 600
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
@@ -29,8 +29,7 @@ def ids_of(batch):
 
 
 def epoch_ids(ds, workers, batch_size=16):
-    loader = DataLoader(ds, batch_size=batch_size, num_workers=workers, collate_fn=ids_of)
-    return [i for batch in loader for i in batch]
+    return drain(DataLoader(ds, batch_size=batch_size, num_workers=workers, collate_fn=ids_of))
 
 
 @pytest.fixture(scope="module")
@@ -217,3 +216,12 @@ def test_same_output_as_the_tfrecord_package(big_file):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.tfrecord"):
         list(TFRecordDataset(os.path.join(str(tmp_path), "nope.tfrecord"), None))
+
+
+def test_corrupt_record_with_index_surfaces_from_worker(tmp_path):
+    path = str(tmp_path / "bad.tfrecord")
+    index = write_examples(path, range(300), index=True)
+    offset = corrupt_data_byte(path, 120)
+    ds = TFRecordDataset(path, index, ["id"])
+    with pytest.raises(RuntimeError, match=rf"bad.tfrecord, byte offset {offset}: corrupt record data"):
+        epoch_ids(ds, 2)

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from tfrecord_io.errors import CorruptRecordError
 from tfrecord_io.torch import TFRecordIndexedDataset, pad_collate
 
-from tests.torch_data import corrupt_data_byte, write_examples, write_sequences
+from tests.torch_data import corrupt_data_byte, drain, write_examples, write_sequences
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
@@ -63,7 +63,7 @@ def test_corrupt_record_surfaces_from_worker(tmp_path):
     assert int(ds[41]["id"][0]) == 41
     loader = DataLoader(ds, batch_size=10, num_workers=2, collate_fn=ids_of)
     with pytest.raises(RuntimeError, match=rf"bad.tfrecord, byte offset {offset}: corrupt record data") as err:
-        list(loader)
+        drain(loader)
     assert isinstance(err.value, CorruptRecordError)
     unchecked = TFRecordIndexedDataset(path, index, check_crc=False)
     assert len(unchecked.reader[42]) > 0  # the raw record reads without the CRC check

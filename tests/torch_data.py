@@ -63,3 +63,16 @@ def corrupt_data_byte(path: str, record: int) -> int:
         f.seek(-1, 1)
         f.write(bytes([b[0] ^ 0xFF]))
     return offset
+
+
+def drain(loader) -> list:
+    """Every item of every batch of ``loader``. Its worker processes are shut down
+    before an error propagates: a DataLoader iterator kept alive by a traceback shuts
+    down only when collected, and then waits ~5 s per worker (torch's behaviour)."""
+    it = iter(loader)
+    try:
+        return [x for batch in it for x in batch]
+    finally:
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import Any, BinaryIO, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import files
 from .crc import masked_crc32c
 from .errors import CorruptRecordError, IndexFileError, TruncatedRecordError
-from .framing import FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE
+from .framing import BAD_DATA_CRC, BAD_LENGTH_CRC, FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE, _scan_frames
 from .index import RecordIndex, build_index, find_index, load_index
 
 _HEADER = struct.Struct("<QI")
@@ -59,6 +59,84 @@ def decode_frame(frame, path: str = "<buffer>", offset: int = 0, check_crc: bool
 
 
 IndexArg = Union[None, str, RecordIndex]
+
+DEFAULT_BLOCK_SIZE = 1 << 20
+
+
+def _read_at(handle: Any, offset: int, size: int) -> bytes:
+    if isinstance(handle, int):
+        return os.pread(handle, size, offset)
+    handle.seek(offset)
+    return handle.read(size)
+
+
+def _raise_block_error(path, buf, start, offsets, sizes, starts, expected, check_crc) -> None:
+    """Name the first frame of a block that the scan and the index disagree on."""
+    mismatch = next((k for k, (a, b) in enumerate(zip(starts, expected)) if a != b), None)
+    # a frame whose length field is wrong shifts the start of the one after it
+    bad = mismatch - 1 if mismatch is not None else min(len(starts), len(offsets) - 1)
+    offset, size = int(offsets[bad]), int(sizes[bad])
+    decode_frame(buf[offset - start : offset - start + size], path, offset, check_crc)
+    raise CorruptRecordError("record does not match the index; is the index for this file?", path, offset)
+
+
+def read_indexed(
+    path: str,
+    index: RecordIndex,
+    first: int = 0,
+    last: Optional[int] = None,
+    check_crc: bool = True,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> Iterator[Tuple[int, memoryview]]:
+    """Yield ``(offset, data)`` for records ``first`` .. ``last - 1`` of an indexed file.
+
+    Because the index gives every frame's bounds, whole frames are read in blocks of
+    about ``block_size`` bytes, each into a buffer of its own (one copy from the
+    operating system, none to stitch a frame across two reads), and each record is a
+    view into its block. The frames of a block are scanned with both CRCs checked; a
+    length that disagrees with the index is a ``CorruptRecordError`` too, naming the
+    file and the offset.
+    """
+    count = len(index)
+    last = count if last is None else min(last, count)
+    if first >= last:
+        return
+    offsets, sizes = index.offsets, index.sizes
+    ends = offsets[first:last] + sizes[first:last]
+    handle = files.open_raw(path, "rb") if files.is_remote(path) else os.open(path, os.O_RDONLY)
+    try:
+        i = first
+        while i < last:
+            start = int(offsets[i])
+            # frames i .. j-1: at least one, as many more as fit in block_size
+            j = max(i + 1, first + int(np.searchsorted(ends, start + block_size, side="right")))
+            j = min(j, last)
+            size = int(ends[j - 1 - first]) - start
+            buf = _read_at(handle, start, size)
+            if len(buf) < size:
+                raise TruncatedRecordError(
+                    f"truncated file: the index gives frames up to byte {start + size} but the file "
+                    f"ends at {start + len(buf)}",
+                    path,
+                    start,
+                )
+            out: List[int] = []
+            pos, status = _scan_frames(buf, 0, size, check_crc, out)
+            starts = out[0::2]
+            expected = (offsets[i:j] - start + HEADER_SIZE).tolist()
+            if status in (BAD_LENGTH_CRC, BAD_DATA_CRC) or pos != size or starts != expected:
+                _raise_block_error(path, buf, start, offsets[i:j], sizes[i:j], starts, expected, check_crc)
+            mv = memoryview(buf)
+            lengths = out[1::2]
+            for k in range(j - i):
+                a = starts[k]
+                yield start + a - HEADER_SIZE, mv[a : a + lengths[k]]
+            i = j
+    finally:
+        if isinstance(handle, int):
+            os.close(handle)
+        else:
+            handle.close()
 
 
 def resolve_index(data_path: str, index: IndexArg = "auto") -> RecordIndex:
@@ -191,4 +269,4 @@ class IndexedRecordReader:
             pass
 
 
-__all__ = ["IndexedRecordReader", "decode_frame", "resolve_index"]
+__all__ = ["IndexedRecordReader", "decode_frame", "read_indexed", "resolve_index"]

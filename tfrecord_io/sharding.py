@@ -30,6 +30,7 @@ import numpy as np
 from . import files
 from .errors import IndexFileError
 from .index import RecordIndex, find_index, load_index
+from .random_access import read_indexed
 from .reader import read_records
 
 
@@ -173,15 +174,24 @@ def shard_count(infos: Sequence[FileInfo], shard: int, num_shards: int) -> Optio
 
 def read_piece(piece: Piece, check_crc: bool = True) -> Iterator[Tuple[int, memoryview]]:
     """Yield ``(offset, data)`` for each record of ``piece`` (CRCs checked by default;
-    a bad record raises ``CorruptRecordError``/``TruncatedRecordError`` with path and offset)."""
-    records = read_records(
-        piece.path,
-        piece.start,
-        piece.end,
-        compression_type=piece.compression,
-        check_crc=check_crc,
-        index=piece.index,
-    )
+    a bad record raises ``CorruptRecordError``/``TruncatedRecordError`` with path and offset).
+
+    With an index, whole frames are read in blocks (``random_access.read_indexed``);
+    without, the stream is scanned (``reader.read_records``)."""
+    if piece.index is not None and not piece.compression:
+        idx = piece.index
+        first = idx.first_at_or_after(piece.start)
+        last = len(idx) if piece.end is None else idx.first_at_or_after(piece.end)
+        records: Iterator[Tuple[int, memoryview]] = read_indexed(piece.path, idx, first, last, check_crc)
+    else:
+        records = read_records(  # type: ignore[assignment]
+            piece.path,
+            piece.start,
+            piece.end,
+            compression_type=piece.compression,
+            check_crc=check_crc,
+            index=piece.index,
+        )
     k, m = piece.every
     if m == 1:
         yield from records  # type: ignore[misc]
