@@ -122,8 +122,20 @@ static uint32_t gf2_xpow8n(size_t nbytes) {
 
 #define CRC_LONG 8192
 #define CRC_SHORT 256
-static uint32_t crc_shift_long, crc_shift_short;
+/* Appending n zero bytes to a register is linear in it: per block size, 4 tables of
+ * 256 entries turn the GF(2) multiplication by x^(8n) into 4 lookups. */
+static uint32_t crc_shift_long[4][256], crc_shift_short[4][256];
 static int crc_have_hw = 0;
+
+static void crc_init_shift(uint32_t table[4][256], size_t nbytes) {
+    uint32_t k = gf2_xpow8n(nbytes);
+    for (int t = 0; t < 4; t++)
+        for (uint32_t b = 0; b < 256; b++) table[t][b] = gf2_multmod(k, b << (8 * t));
+}
+
+static inline uint32_t crc_shift(uint32_t table[4][256], uint32_t c) {
+    return table[0][c & 0xFF] ^ table[1][(c >> 8) & 0xFF] ^ table[2][(c >> 16) & 0xFF] ^ table[3][c >> 24];
+}
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define TFRIO_X86_CRC 1
@@ -146,7 +158,7 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uin
             c2 = _mm_crc32_u64(c2, load64le(p + 2 * CRC_LONG));
             p += 8;
         } while (p < end);
-        c0 = gf2_multmod(crc_shift_long, gf2_multmod(crc_shift_long, (uint32_t)c0) ^ (uint32_t)c1) ^ (uint32_t)c2;
+        c0 = crc_shift(crc_shift_long, crc_shift(crc_shift_long, (uint32_t)c0) ^ (uint32_t)c1) ^ (uint32_t)c2;
         p += 2 * CRC_LONG;
         n -= 3 * CRC_LONG;
     }
@@ -159,7 +171,7 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uin
             c2 = _mm_crc32_u64(c2, load64le(p + 2 * CRC_SHORT));
             p += 8;
         } while (p < end);
-        c0 = gf2_multmod(crc_shift_short, gf2_multmod(crc_shift_short, (uint32_t)c0) ^ (uint32_t)c1) ^ (uint32_t)c2;
+        c0 = crc_shift(crc_shift_short, crc_shift(crc_shift_short, (uint32_t)c0) ^ (uint32_t)c1) ^ (uint32_t)c2;
         p += 2 * CRC_SHORT;
         n -= 3 * CRC_SHORT;
     }
@@ -383,6 +395,134 @@ static PyObject *py_scan_records(PyObject *self, PyObject *const *args, Py_ssize
     PyBuffer_Release(&view);
     return Py_BuildValue("(Li)", pos, status);
 }
+
+/* RecordScanner(buf, view, base, pos, stop, check_crc, views_only=False): an iterator
+ * over the whole frames of buf from pos, yielding (file_offset, view[data]) (or only
+ * the views), with the same stopping rules as scan_frames. After it is exhausted,
+ * .pos and .status say where and why it stopped. An iterator (rather than a list)
+ * so that no batch of tuples piles up for the garbage collector to walk. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *buf;
+    PyObject *mv;
+    Py_buffer view;
+    long long base, pos, stop;
+    int check, views_only, status, done;
+} RecordScanner;
+
+static void scanner_dealloc(RecordScanner *self) {
+    if (self->buf) PyBuffer_Release(&self->view);
+    Py_XDECREF(self->buf);
+    Py_XDECREF(self->mv);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *scanner_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"buf", "view", "base", "pos", "stop", "check_crc", "views_only", NULL};
+    PyObject *buf, *mv, *obase, *opos, *ostop;
+    int check, views_only = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOOp|p", kwlist, &buf, &PyMemoryView_Type, &mv, &obase, &opos,
+                                     &ostop, &check, &views_only))
+        return NULL;
+    long long base, pos, stop;
+    if (as_offset(obase, &base, "base") < 0 || as_offset(opos, &pos, "pos") < 0 || as_offset(ostop, &stop, "stop") < 0)
+        return NULL;
+    if (pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "RecordScanner: pos must not be negative");
+        return NULL;
+    }
+    RecordScanner *self = (RecordScanner *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    if (PyObject_GetBuffer(buf, &self->view, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(buf);
+    self->buf = buf;
+    Py_INCREF(mv);
+    self->mv = mv;
+    if (PyMemoryView_GET_BUFFER(mv)->len != self->view.len) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_ValueError, "RecordScanner: view must cover the whole buffer");
+        return NULL;
+    }
+    self->base = base;
+    self->pos = pos;
+    self->stop = stop;
+    self->check = check;
+    self->views_only = views_only;
+    self->status = -1;
+    return (PyObject *)self;
+}
+
+static PyObject *scanner_next(RecordScanner *self) {
+    if (self->done) return NULL;
+    const uint8_t *b = (const uint8_t *)self->view.buf;
+    const long long n = (long long)self->view.len;
+    long long pos = self->pos;
+    int status;
+    if (pos >= self->stop) status = STOPPED;
+    else if (pos > n - 12) status = NEED_MORE;
+    else {
+        uint64_t length = load64le(b + pos);
+        long long data_start = pos + 12;
+        if (self->check && mask_crc(crc32c_buf(b + pos, 8)) != load32le(b + pos + 8)) status = BAD_LENGTH_CRC;
+        else if (n - data_start < 4 || length > (uint64_t)(n - data_start - 4)) status = NEED_MORE;
+        else {
+            long long data_end = data_start + (long long)length;
+            if (self->check && mask_crc(crc32c_nogil(b + data_start, (size_t)length)) != load32le(b + data_end)) {
+                status = BAD_DATA_CRC;
+            } else {
+                PyObject *slice = PySequence_GetSlice(self->mv, (Py_ssize_t)data_start, (Py_ssize_t)data_end);
+                if (!slice) return NULL;
+                self->pos = data_end + 4;
+                if (self->views_only) return slice;
+                PyObject *off = PyLong_FromLongLong(self->base + pos);
+                if (!off) {
+                    Py_DECREF(slice);
+                    return NULL;
+                }
+                PyObject *item = PyTuple_New(2);
+                if (!item) {
+                    Py_DECREF(off);
+                    Py_DECREF(slice);
+                    return NULL;
+                }
+                PyTuple_SET_ITEM(item, 0, off);
+                PyTuple_SET_ITEM(item, 1, slice);
+                return item;
+            }
+        }
+    }
+    self->status = status;
+    self->done = 1;
+    return NULL;
+}
+
+static PyObject *scanner_get_pos(RecordScanner *self, void *closure) { return PyLong_FromLongLong(self->pos); }
+
+static PyObject *scanner_get_status(RecordScanner *self, void *closure) {
+    if (self->status < 0) Py_RETURN_NONE;
+    return PyLong_FromLong(self->status);
+}
+
+static PyGetSetDef scanner_getset[] = {
+    {"pos", (getter)scanner_get_pos, NULL, "buffer position of the next frame", NULL},
+    {"status", (getter)scanner_get_status, NULL, "why the scan stopped (None while it runs)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RecordScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tfrecord_io._speedups.RecordScanner",
+    .tp_basicsize = sizeof(RecordScanner),
+    .tp_dealloc = (destructor)scanner_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Iterator over the frames of a buffer: (file offset, data view), then .pos/.status.",
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)scanner_next,
+    .tp_getset = scanner_getset,
+    .tp_new = scanner_new,
+};
 
 /* encode_frames(payloads) -> bytes: the frames of every payload, back to back. */
 static PyObject *py_encode_frames(PyObject *self, PyObject *arg) {
@@ -1084,14 +1224,21 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "tfrecord_io._speedup
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     crc_init_tables();
-    crc_shift_long = gf2_xpow8n(CRC_LONG);
-    crc_shift_short = gf2_xpow8n(CRC_SHORT);
+    crc_init_shift(crc_shift_long, CRC_LONG);
+    crc_init_shift(crc_shift_short, CRC_SHORT);
 #ifdef TFRIO_X86_CRC
     __builtin_cpu_init();
     crc_have_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
 #endif
+    if (PyType_Ready(&RecordScannerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
+    Py_INCREF(&RecordScannerType);
+    if (PyModule_AddObject(m, "RecordScanner", (PyObject *)&RecordScannerType) < 0) {
+        Py_DECREF(&RecordScannerType);
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddIntConstant(m, "HARDWARE_CRC", crc_have_hw) < 0) {
         Py_DECREF(m);
         return NULL;
