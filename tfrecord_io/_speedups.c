@@ -647,12 +647,15 @@ typedef struct {
     size_t list_len; /* bytes of the BytesList/FloatList/Int64List message */
 } EncItem;
 
+/* upb's deterministic map order: bytewise on the common prefix, then the LONGER key
+ * first (so "ab" < "a" < ""), unlike a plain sort. Matched here so that both paths give
+ * the same bytes; tests compare them. */
 static int item_cmp(const void *a, const void *b) {
     const EncItem *x = a, *y = b;
     Py_ssize_t n = x->klen < y->klen ? x->klen : y->klen;
     int c = memcmp(x->key, y->key, (size_t)n);
     if (c) return c;
-    return (x->klen > y->klen) - (x->klen < y->klen);
+    return (x->klen < y->klen) - (x->klen > y->klen);
 }
 
 /* 1 = scalar of this kind, 0 = not handled here (let Python decide) */
