@@ -25,7 +25,7 @@ import gzip
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, List, Optional, Tuple, Union
+from typing import Any, BinaryIO, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -106,10 +106,12 @@ def _scan_frames_py(buf: bytes, pos: int, stop: int, check_crc: bool, out: List[
 
 try:  # the compiled scanner, when setup.py could build it
     from ._speedups import scan_frames as _scan_frames  # type: ignore[attr-defined]
+    from ._speedups import RecordScanner as _RecordScanner  # type: ignore[attr-defined]
 
     HAVE_SPEEDUPS = True
 except ImportError:  # pragma: no cover - exercised when the extension is absent
     _scan_frames = _scan_frames_py
+    _RecordScanner = None
     HAVE_SPEEDUPS = False
 
 
@@ -153,7 +155,8 @@ class FrameStream:
     ):
         self._stream = stream
         self.path = path
-        self._buf = b""
+        self._buf: Union[bytes, bytearray] = b""
+        self._spare: Optional[bytearray] = None  # an older buffer to reuse (see _refill)
         self._base = offset  # file offset of self._buf[0]
         self._pos = 0  # position in self._buf
         self._size = size  # total file size when known (plain files)
@@ -179,6 +182,13 @@ class FrameStream:
             return True
         if self._eof:
             return False
+        if self._size is not None and hasattr(self._stream, "readinto"):
+            # never past the size, so a corrupt length cannot make the buffer large
+            target = min(max(need, self._chunk), self._size - self.offset)
+            if target <= avail:
+                self._eof = True
+                return False
+            return self._refill(target, need, avail)
         parts = [self._buf[self._pos :]] if avail else []
         self._base += self._pos
         self._pos = 0
@@ -194,6 +204,48 @@ class FrameStream:
             if have >= need and self._size is None:
                 break
         self._buf = parts[0] if len(parts) == 1 else b"".join(parts)
+        return have >= need
+
+    def _refill(self, target: int, need: int, avail: int) -> bool:
+        """Make a buffer of ``target`` bytes: the unread ``avail`` bytes, then the file.
+
+        The buffer is the one before last when nothing uses it any more (the caller
+        usually still holds a view of the current one), which saves the page faults
+        of fresh memory, about as much time as the read itself. A ``bytearray`` with
+        exported buffers refuses to be resized: that is the test that no view of it
+        is alive. Views are handed out read-only, so nobody writes into them.
+        """
+        old, pos = self._buf, self._pos
+        candidate, self._spare = self._spare, (old if type(old) is bytearray else None)
+        buf = None
+        if candidate is not None and len(candidate) == target:
+            try:
+                del candidate[-1:]  # raises BufferError while any view of it exists
+                candidate.append(0)
+                buf = candidate
+            except BufferError:
+                pass
+        del candidate
+        if buf is None:
+            buf = bytearray(target)
+        view = memoryview(buf)
+        if avail:
+            view[:avail] = memoryview(old)[pos : pos + avail]
+        del old
+        self._buf = b""
+        self._base += pos
+        self._pos = 0
+        have = avail
+        while have < target:
+            got = self._stream.readinto(view[have:])  # type: ignore[attr-defined]
+            if not got:
+                self._eof = True
+                break
+            have += got
+        view.release()
+        if have < target:  # the file is shorter than when it was opened
+            del buf[have:]
+        self._buf = buf
         return have >= need
 
     def _read(self, n: int) -> bytes:
@@ -278,21 +330,29 @@ class FrameStream:
         and reading resumes at the next good record; otherwise it raises.
         """
         scan = _scan_frames
+        scanner = _RecordScanner
         check = self.check_crc
-        out: List[int] = []
+        out: List[Any] = []
         big = 1 << 62
         while True:
             stop_rel = big if stop is None else stop - self._base
             buf = self._buf
             out.clear()
-            pos, status = scan(buf, self._pos, stop_rel, check, out)
-            if out:
-                mv = memoryview(buf)
-                base = self._base
-                it = iter(out)
-                for start in it:
-                    length = next(it)
-                    yield base + start - HEADER_SIZE, mv[start : start + length]
+            if scanner is not None:  # C iterator: makes the (offset, view) pairs itself
+                it = scanner(buf, memoryview(buf).toreadonly(), self._base, self._pos, stop_rel, check)
+                yield from it
+                pos, status = it.pos, it.status
+                del it  # it holds a view of buf: let _refill reuse buf later
+            else:
+                pos, status = scan(buf, self._pos, stop_rel, check, out)
+                if out:
+                    mv = memoryview(buf).toreadonly()
+                    base = self._base
+                    it = iter(out)
+                    for start in it:
+                        length = next(it)
+                        yield base + start - HEADER_SIZE, mv[start : start + length]
+                    del mv
             self._pos = pos
             if status == STOPPED:
                 return

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import files, iterator_utils
-from .codec import Description, parse_example, parse_sequence_example
+from .codec import Description, parse_example_stream, parse_sequence_example
 from .errors import IndexFileError
 from .framing import DEFAULT_CHUNK_SIZE, CorruptRegion, FrameStream
 from .index import RecordIndex, load_index
@@ -144,9 +144,13 @@ def example_loader(
     shard: Optional[Tuple[int, int]] = None,
     compression_type: Optional[str] = None,
 ) -> Iterator[Dict[str, Any]]:
-    """Yield each Example of the file as a dict of NumPy arrays (see ``codec``)."""
-    for record in tfrecord_iterator(data_path, index_path, shard, compression_type):
-        yield parse_example(record, description)
+    """Yield each Example of the file as a dict of NumPy arrays (see ``codec``).
+
+    Records are parsed in small batches (``codec.parse_example_stream``): one call of
+    the compiled parser per batch instead of one protobuf message per record.
+    """
+    records = tfrecord_iterator(data_path, index_path, shard, compression_type)
+    yield from parse_example_stream(records, description)
 
 
 def sequence_loader(
