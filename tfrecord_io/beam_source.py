@@ -1,0 +1,545 @@
+"""Splittable Beam source for TFRecord files: ``ReadFromTFRecord`` and ``ReadAllFromTFRecord``.
+
+Why this exists: Beam's built-in TFRecord source is ``splittable=False``, so one big
+file is read by one worker. Here each file is a splittable DoFn element whose
+restriction is a byte range (``OffsetRange``); a record belongs to the range in
+which it *begins* and is claimed at its start offset, so initial splits, dynamic
+splits (``try_split``) and checkpoints all read every record exactly once.
+
+A range that does not start at 0 begins at the first record boundary at or after its
+start: taken from the file's index when one is found and still describes the file
+(``RecordIndex.matches``), found by resynchronisation otherwise (see
+``FrameStream.resync``). A stale index is never used; it is counted in the
+``stale_index`` metric.
+
+Corruption and range edges. Each range reads the frames that begin in it and then
+checks the *one* frame that follows its last record even when that frame begins in
+the next range. The next range resynchronises past bytes it cannot read without
+reporting them, so this check is what keeps a corrupt frame right after a range edge
+from being skipped silently: a corrupt region is always reported (or raised) by the
+range that read the good record just before it, exactly once.
+
+Compressed files (GZIP/ZLIB) have no seekable record offsets: one unsplittable
+restriction per file, read whole.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+
+import apache_beam as beam
+from apache_beam import coders
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.restriction_trackers import (
+    OffsetRange,
+    OffsetRestrictionTracker,
+    UnsplittableRestrictionTracker,
+)
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.core import RestrictionProvider
+from apache_beam.typehints import Any as AnyHint
+from apache_beam.typehints import List as ListHint
+from apache_beam.typehints import Tuple as TupleHint
+
+from . import files
+from .codec import Description, parse_example
+from .errors import ExampleCodecError, IndexFileError, TFRecordError
+from .crc import masked_crc32c
+from .framing import FRAME_OVERHEAD, HEADER_SIZE, CorruptRegion, FrameStream
+from .index import RecordIndex, find_index, load_index
+from .reader import read_records
+
+METRICS_NAMESPACE = "tfrecord_io"
+DEAD_LETTER = "dead_letter"
+DEFAULT_DESIRED_BUNDLE_SIZE = 64 << 20
+
+# A file as the splittable DoFn sees it: (path, stored size in bytes, compression kind).
+FileElement = Tuple[str, int, str]
+IndexPattern = Union[None, bool, str, Callable[[str], Optional[str]]]
+
+
+def resolve_index_path(path: str, index_pattern: IndexPattern) -> Optional[str]:
+    """Where the index of ``path`` is, or None.
+
+    ``None``/``True``: auto-discover beside the file (``find_index``). ``False`` or ``""``:
+    never use an index. A string: a format with ``{path}`` (the data path), ``{name}``
+    (its base name) and ``{stem}`` (base name without extension), e.g.
+    ``"/indexes/{name}.index"``; a missing file means no index. A callable: called with
+    the data path.
+    """
+    if index_pattern is None or index_pattern is True:
+        return find_index(path)
+    if index_pattern is False or index_pattern == "":
+        return None
+    if callable(index_pattern):
+        return index_pattern(path)
+    name = os.path.basename(path)
+    candidate = str(index_pattern).format(path=path, name=name, stem=os.path.splitext(name)[0])
+    return candidate if files.exists(candidate) else None
+
+
+class _WholeFile(OffsetRange):
+    """The restriction of a compressed file: position 0 stands for the whole file.
+
+    Offsets in a decompressed stream are not file offsets, so it cannot be split.
+    """
+
+
+class _TFRecordRestrictionProvider(RestrictionProvider):
+    """Byte ranges of desired size for plain files; one unsplittable range otherwise."""
+
+    def __init__(self, desired_bundle_size: int):
+        self._desired = max(int(desired_bundle_size), 1)
+
+    def initial_restriction(self, element: FileElement) -> OffsetRange:
+        _, size, kind = element
+        if kind:
+            return _WholeFile(0, 1 if size > 0 else 0)
+        return OffsetRange(0, size)
+
+    def split(self, element: FileElement, restriction: OffsetRange) -> Iterator[OffsetRange]:
+        if element[2]:
+            if restriction.size() > 0:
+                yield restriction
+            return
+        # Beam's OffsetRange.split folds a small tail into the last range.
+        yield from restriction.split(self._desired, min(self._desired, 1 << 16))
+
+    def create_tracker(self, restriction: OffsetRange):
+        tracker = OffsetRestrictionTracker(restriction)
+        if isinstance(restriction, _WholeFile):
+            return UnsplittableRestrictionTracker(tracker)
+        return tracker
+
+    def restriction_size(self, element: FileElement, restriction: OffsetRange) -> int:
+        if element[2]:
+            return element[1] if restriction.size() else 0
+        return restriction.size()
+
+    def restriction_coder(self):
+        return coders.PickleCoder()
+
+
+class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
+    """Splittable DoFn: ``(path, size, kind)`` -> records that begin in the restriction.
+
+    It is its own restriction provider, so the desired bundle size travels with it.
+    """
+
+    def __init__(
+        self,
+        desired_bundle_size: int,
+        coder: coders.Coder,
+        output: str,
+        description: Description,
+        with_metadata: bool,
+        batch_size: Optional[int],
+        on_corrupt: str,
+        check_crc: bool,
+        index_pattern: IndexPattern,
+    ):
+        _TFRecordRestrictionProvider.__init__(self, desired_bundle_size)
+        self._coder = coder
+        self._raw_bytes = isinstance(coder, coders.BytesCoder)
+        self._output = output
+        self._description = description
+        self._with_metadata = with_metadata
+        self._batch_size = batch_size
+        self._dead_letter = on_corrupt == "dead_letter"
+        self._check_crc = check_crc
+        self._index_pattern = index_pattern
+        self._index_cache: Dict[Tuple[str, int], Optional[RecordIndex]] = {}
+        self._records = Metrics.counter(METRICS_NAMESPACE, "records")
+        self._bytes = Metrics.counter(METRICS_NAMESPACE, "bytes")
+        self._corrupt = Metrics.counter(METRICS_NAMESPACE, "corrupt_regions")
+        self._stale = Metrics.counter(METRICS_NAMESPACE, "stale_index")
+        self._ranges = Metrics.counter(METRICS_NAMESPACE, "restrictions")
+
+    # ------------------------------------------------------------------ helpers
+
+    def _index_for(self, path: str, size: int) -> Optional[RecordIndex]:
+        """The file's index if it is present and describes a file of this size.
+
+        Cached per DoFn instance: a file read as many ranges loads its index once.
+        """
+        key = (path, size)
+        if key in self._index_cache:
+            return self._index_cache[key]
+        index_path = resolve_index_path(path, self._index_pattern)
+        index = None
+        if index_path is not None:
+            try:
+                index = load_index(index_path)
+            except IndexFileError:
+                index = None
+            if index is None or not index.matches(size):
+                self._stale.inc()
+                index = None
+        if len(self._index_cache) > 64:
+            self._index_cache.clear()
+        self._index_cache[key] = index
+        return index
+
+    def _value(self, path: str, offset: int, data: memoryview) -> Any:
+        if self._output == "example":
+            try:
+                value: Any = parse_example(data, self._description)
+            except ExampleCodecError as err:
+                raise ExampleCodecError(f"record is not a valid Example: {err.reason}", path, offset) from None
+            except Exception as err:  # protobuf's DecodeError
+                raise ExampleCodecError(f"record is not a valid Example: {err}", path, offset) from None
+        elif self._raw_bytes:
+            value = bytes(data)
+        else:
+            value = self._coder.decode(bytes(data))
+        if self._with_metadata:
+            return (path, offset, value)
+        return value
+
+    def _next_frame_problem(self, path: str, size: int, offset: int) -> Optional[CorruptRegion]:
+        """Check the frame at ``offset`` (just after this range's last record).
+
+        Returns None if a good frame begins there, else the corrupt region from there
+        to the next good frame. Raises in fail mode.
+        """
+        with files.open_raw(path, "rb") as raw:
+            raw.seek(offset)
+            stream = FrameStream(raw, path=path, offset=offset, size=size, check_crc=self._check_crc)
+            for _, item in stream.frames(report_corrupt=self._dead_letter):
+                return item if isinstance(item, CorruptRegion) else None
+        return None
+
+    # ------------------------------------------------------------------ process
+
+    def process(
+        self,
+        element: FileElement,
+        tracker=beam.DoFn.RestrictionParam(),
+    ) -> Iterator[Any]:
+        path, size, kind = element
+        restriction = tracker.current_restriction()
+        self._ranges.inc()
+        if kind:
+            yield from self._process_whole(path, kind, tracker)
+            return
+        start, stop = restriction.start, restriction.stop
+        index = self._index_for(path, size) if start > 0 else None
+        if index is not None and not _index_start_ok(path, index, start):
+            self._stale.inc()  # same size but other boundaries: resynchronise instead
+            index = None
+        items = read_records(
+            path,
+            start,
+            stop,
+            check_crc=self._check_crc,
+            index=index,
+            on_corrupt="report" if self._dead_letter else "raise",
+        )
+        batch: List[Any] = []
+        n_records = n_bytes = 0
+        end_of_last = None  # end of the last good frame read, if it was the last item
+        stopped = False
+        first = True
+        for offset, item in items:
+            if isinstance(item, CorruptRegion):
+                if first and start > 0:
+                    # A range that starts from an index offset may land on a corrupt
+                    # frame; the range before it reports that region (see module doc).
+                    first = False
+                    end_of_last = None
+                    continue
+                first = False
+                claimed = tracker.try_claim(offset)
+                self._corrupt.inc()
+                yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead_letter_entry(item))
+                end_of_last = None
+                if not claimed:  # still ours: it follows our last record
+                    stopped = True
+                    break
+                continue
+            first = False
+            if not tracker.try_claim(offset):
+                stopped = True
+                break
+            n_records += 1
+            n_bytes += len(item)
+            end_of_last = offset + len(item) + FRAME_OVERHEAD
+            try:
+                value = self._value(path, offset, item)
+            except ExampleCodecError as err:
+                if not self._dead_letter:
+                    raise
+                self._corrupt.inc()
+                yield beam.pvalue.TaggedOutput(
+                    DEAD_LETTER, {"path": path, "start": offset, "end": end_of_last, "reason": err.reason}
+                )
+                continue
+            if self._batch_size:
+                batch.append(value)
+                if len(batch) >= self._batch_size:
+                    yield batch
+                    batch = []
+            else:
+                yield value
+        if batch:
+            yield batch
+        self._records.inc(n_records)
+        self._bytes.inc(n_bytes)
+        if not stopped:
+            if end_of_last is not None and end_of_last >= stop and end_of_last < size:
+                region = self._next_frame_problem(path, size, end_of_last)
+                if region is not None:
+                    self._corrupt.inc()
+                    yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead_letter_entry(region))
+            # Mark the rest of the range done (check_done needs a claim attempt at its end).
+            tracker.try_claim(tracker.current_restriction().stop)
+
+    def _process_whole(self, path: str, kind: str, tracker) -> Iterator[Any]:
+        if not tracker.try_claim(0):
+            return
+        batch: List[Any] = []
+        n_records = n_bytes = 0
+        for offset, item in read_records(
+            path,
+            compression_type=kind,
+            check_crc=self._check_crc,
+            on_corrupt="report" if self._dead_letter else "raise",
+        ):
+            if isinstance(item, CorruptRegion):
+                self._corrupt.inc()
+                yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead_letter_entry(item))
+                continue
+            n_records += 1
+            n_bytes += len(item)
+            try:
+                value = self._value(path, offset, item)
+            except ExampleCodecError as err:
+                if not self._dead_letter:
+                    raise
+                self._corrupt.inc()
+                end = offset + len(item) + FRAME_OVERHEAD
+                yield beam.pvalue.TaggedOutput(
+                    DEAD_LETTER, {"path": path, "start": offset, "end": end, "reason": err.reason}
+                )
+                continue
+            if self._batch_size:
+                batch.append(value)
+                if len(batch) >= self._batch_size:
+                    yield batch
+                    batch = []
+            else:
+                yield value
+        if batch:
+            yield batch
+        self._records.inc(n_records)
+        self._bytes.inc(n_bytes)
+
+
+def _index_start_ok(path: str, index: RecordIndex, start: int) -> bool:
+    """Does the record the index names as the first at or after ``start`` really begin
+    there? Its header's length CRC must match and its frame size must agree.
+
+    ``RecordIndex.matches`` only checks that the index tiles a file of this size; an
+    index of another file of the same size passes that, and this catches it per range.
+    """
+    i = index.first_at_or_after(start)
+    if i >= len(index):
+        return True  # nothing begins in or after this range by the index; the chain agrees
+    offset = int(index.offsets[i])
+    with files.open_raw(path, "rb") as raw:
+        raw.seek(offset)
+        header = raw.read(HEADER_SIZE)
+    if len(header) < HEADER_SIZE:
+        return False
+    length = int.from_bytes(header[:8], "little")
+    return masked_crc32c(header[:8]) == int.from_bytes(header[8:], "little") and length + FRAME_OVERHEAD == int(
+        index.sizes[i]
+    )
+
+
+def _dead_letter_entry(region: CorruptRegion) -> Dict[str, Any]:
+    return {"path": region.path, "start": region.start, "end": region.end, "reason": region.reason}
+
+
+class _ToFileElements(beam.DoFn):
+    """File patterns, ``FileMetadata`` or ``ReadableFile`` -> ``(path, size, kind)``.
+
+    A pattern that matches nothing yields nothing (as Beam's ReadAll does), so an
+    empty glob in a stream of patterns is not an error.
+    """
+
+    def __init__(self, compression_type: Any):
+        self._compression_type = compression_type
+
+    def process(self, element: Any) -> Iterator[FileElement]:
+        if isinstance(element, (str, bytes)):
+            pattern = element.decode() if isinstance(element, bytes) else element
+            for result in FileSystems.match([pattern]):
+                for meta in sorted(result.metadata_list, key=lambda m: m.path):
+                    yield self._element(meta)
+            return
+        meta = getattr(element, "metadata", element)  # fileio.ReadableFile
+        if not isinstance(meta, FileMetadata):
+            raise TypeError(
+                f"ReadAllFromTFRecord takes file patterns, FileMetadata or ReadableFile, not {type(element).__name__}"
+            )
+        yield self._element(meta)
+
+    def _element(self, meta: FileMetadata) -> FileElement:
+        kind = files.normalize_compression(self._compression_type, meta.path)
+        return (meta.path, int(meta.size_in_bytes), kind)
+
+
+def _check_options(output: str, on_corrupt: str, batch_size: Optional[int], desired_bundle_size: int) -> None:
+    if output not in ("bytes", "example"):
+        raise ValueError("output must be 'bytes' or 'example'")
+    if on_corrupt not in ("fail", "dead_letter"):
+        raise ValueError("on_corrupt must be 'fail' or 'dead_letter'")
+    if batch_size is not None and int(batch_size) < 1:
+        raise ValueError("batch_size must be a positive number of records")
+    if int(desired_bundle_size) < 1:
+        raise ValueError("desired_bundle_size must be positive")
+
+
+def _element_type(coder: coders.Coder, output: str, with_metadata: bool, batch_size: Optional[int]):
+    """Output type hint, so Beam picks a fast coder between stages (not pickling)."""
+    base: Any = bytes if output == "bytes" and isinstance(coder, coders.BytesCoder) else AnyHint
+    if with_metadata:
+        base = TupleHint[str, int, base]
+    if batch_size:
+        base = ListHint[base]
+    return base
+
+
+class ReadAllFromTFRecord(beam.PTransform):
+    """Read TFRecord files named by a PCollection of file patterns, ``fileio.FileMetadata``
+    or ``fileio.ReadableFile``, splitting each plain file into byte ranges.
+
+    Arguments are those of :class:`ReadFromTFRecord` (without ``file_pattern`` and
+    ``validate``). With ``on_corrupt="dead_letter"`` the result is a
+    ``DoOutputsTuple``: ``result.records`` and ``result.dead_letter``.
+    """
+
+    def __init__(
+        self,
+        coder: coders.Coder = coders.BytesCoder(),
+        compression_type: Any = CompressionTypes.AUTO,
+        *,
+        index_pattern: IndexPattern = None,
+        desired_bundle_size: int = DEFAULT_DESIRED_BUNDLE_SIZE,
+        output: str = "bytes",
+        description: Description = None,
+        with_metadata: bool = False,
+        batch_size: Optional[int] = None,
+        on_corrupt: str = "fail",
+        check_crc: bool = True,
+    ):
+        super().__init__()
+        _check_options(output, on_corrupt, batch_size, desired_bundle_size)
+        self._compression_type = compression_type
+        self._on_corrupt = on_corrupt
+        self._element_type = _element_type(coder, output, with_metadata, batch_size)
+        self._fn = _ReadTFRecordFn(
+            desired_bundle_size,
+            coder,
+            output,
+            description,
+            with_metadata,
+            int(batch_size) if batch_size else None,
+            on_corrupt,
+            check_crc,
+            index_pattern,
+        )
+
+    def expand(self, pcoll):
+        elements = pcoll | "ExpandFiles" >> beam.ParDo(_ToFileElements(self._compression_type)).with_output_types(
+            TupleHint[str, int, str]
+        )
+        read = beam.ParDo(self._fn)
+        if self._on_corrupt == "dead_letter":
+            outputs = elements | "ReadRanges" >> read.with_outputs(DEAD_LETTER, main="records")
+            outputs.records.element_type = self._element_type
+            return outputs
+        return elements | "ReadRanges" >> read.with_output_types(self._element_type)
+
+
+class ReadFromTFRecord(beam.PTransform):
+    """Read the TFRecord files matching ``file_pattern``, one file cut into many
+    parallel byte ranges at record boundaries.
+
+    Drop-in for ``apache_beam.io.ReadFromTFRecord`` (same ``coder``,
+    ``compression_type``, ``validate``), plus:
+
+    - ``index_pattern``: where indexes are (see :func:`resolve_index_path`; default:
+      beside each file; ``False``: never use one). Ranges start at indexed offsets when
+      the index matches the file, by resynchronisation otherwise.
+    - ``desired_bundle_size``: bytes per initial range (default 64 MiB).
+    - ``output="example"`` with ``description``: parsed Example dicts (NumPy values).
+    - ``with_metadata=True``: ``(path, offset, record)`` tuples.
+    - ``batch_size=N``: lists of up to N records (one range never mixes into another's
+      list), which cuts Beam's per-element cost.
+    - ``on_corrupt="dead_letter"``: return ``result.records`` and ``result.dead_letter``
+      (dicts ``{path, start, end, reason}``) instead of failing the bundle.
+    - ``check_crc=False``: skip CRC checks (trusted data only).
+
+    Metrics (namespace ``tfrecord_io``): records, bytes, corrupt_regions, stale_index,
+    restrictions.
+    """
+
+    def __init__(
+        self,
+        file_pattern: str,
+        coder: coders.Coder = coders.BytesCoder(),
+        compression_type: Any = CompressionTypes.AUTO,
+        validate: bool = True,
+        *,
+        index_pattern: IndexPattern = None,
+        desired_bundle_size: int = DEFAULT_DESIRED_BUNDLE_SIZE,
+        output: str = "bytes",
+        description: Description = None,
+        with_metadata: bool = False,
+        batch_size: Optional[int] = None,
+        on_corrupt: str = "fail",
+        check_crc: bool = True,
+    ):
+        super().__init__()
+        if not isinstance(file_pattern, str) or not file_pattern:
+            raise ValueError("file_pattern must be a non-empty string")
+        self._pattern = file_pattern
+        if validate:
+            result = FileSystems.match([file_pattern])[0]
+            if not result.metadata_list:
+                raise IOError(f"No files found based on the file pattern {file_pattern}")
+        self._read_all = ReadAllFromTFRecord(
+            coder,
+            compression_type,
+            index_pattern=index_pattern,
+            desired_bundle_size=desired_bundle_size,
+            output=output,
+            description=description,
+            with_metadata=with_metadata,
+            batch_size=batch_size,
+            on_corrupt=on_corrupt,
+            check_crc=check_crc,
+        )
+
+    def expand(self, pbegin):
+        from apache_beam.io import fileio
+
+        matches = (
+            pbegin
+            | "Pattern" >> beam.Create([self._pattern])
+            | "MatchFiles" >> fileio.MatchAll()
+        )
+        return matches | "Read" >> self._read_all
+
+
+__all__ = [
+    "DEAD_LETTER",
+    "METRICS_NAMESPACE",
+    "ReadAllFromTFRecord",
+    "ReadFromTFRecord",
+    "resolve_index_path",
+]
