@@ -1,0 +1,68 @@
+"""Where the distributed runners' binaries live, and filling them into runner options.
+
+``scripts/fetch-runners`` builds the Flink and Spark job-server jars (from
+``runners/*/pom.xml``) and the Prism binary into one cache directory. Job configs
+(``configs/flink.yaml`` ...) name the runner but not the machine-specific paths; this
+module fills those in from the cache so the same config works on every machine, and
+fails with a message naming the script when the cache is empty -- Beam would otherwise
+try to download a jar or binary that this network does not serve.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Mapping, Optional
+
+BEAM_VERSION = "2.62.0"
+FLINK_VERSION = "1.19"
+
+FLINK_JAR = f"beam-runners-flink-{FLINK_VERSION}-job-server-{BEAM_VERSION}.jar"
+SPARK_JAR = f"beam-runners-spark-3-job-server-{BEAM_VERSION}.jar"
+PRISM_BIN = f"prism-{BEAM_VERSION}"
+
+# runner name (lower case) -> (option that takes the path, file in the cache)
+_CACHED: Dict[str, tuple] = {
+    "flinkrunner": ("flink_job_server_jar", FLINK_JAR),
+    "sparkrunner": ("spark_job_server_jar", SPARK_JAR),
+    "prismrunner": ("prism_location", PRISM_BIN),
+}
+
+
+class RunnerSetupError(RuntimeError):
+    """A runner's job server jar or binary is missing; the message says how to get it."""
+
+
+def cache_dir() -> str:
+    """``$TFRECORD_IO_RUNNER_CACHE``, else ``~/.cache/tfrecord-io/runners``."""
+    return os.environ.get("TFRECORD_IO_RUNNER_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "tfrecord-io", "runners"
+    )
+
+
+def cached_path(runner: str) -> str:
+    """Path of ``runner``'s jar/binary in the cache; raises RunnerSetupError if absent."""
+    key = runner.lower()
+    if key not in _CACHED:
+        raise ValueError(f"no cached binary for runner {runner!r} (known: FlinkRunner, SparkRunner, PrismRunner)")
+    path = os.path.join(cache_dir(), _CACHED[key][1])
+    if not os.path.isfile(path):
+        raise RunnerSetupError(
+            f"{runner}: {path} does not exist; run scripts/fetch-runners first "
+            f"(or set TFRECORD_IO_RUNNER_CACHE to where it put its output)"
+        )
+    return path
+
+
+def with_runner_binaries(runner_cfg: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """A copy of a config ``runner`` section with the job-server jar / Prism binary
+    filled in from the cache when the config does not name one itself."""
+    cfg: Dict[str, Any] = dict(runner_cfg or {})
+    options = dict(cfg.get("options") or {})
+    key = str(cfg.get("runner") or "").lower()
+    if key in _CACHED:
+        option, _ = _CACHED[key]
+        uses_endpoint = "job_endpoint" in options  # an already running job server
+        if not options.get(option) and not uses_endpoint:
+            options[option] = cached_path(cfg["runner"])
+    cfg["options"] = options
+    return cfg
