@@ -195,7 +195,12 @@ class FrameStream:
         have = avail
         target = max(need, self._chunk)
         while have < target:
-            piece = self._read(max(self._chunk, min(target - have, 1 << 26)))
+            want = min(target - have, 1 << 26)
+            if self._size is None:
+                # a stream of unknown size: grow geometrically, so a corrupt huge length
+                # costs at most about twice the bytes that really arrive
+                want = min(want, max(have, self._chunk))
+            piece = self._read(max(self._chunk, want))
             if not piece:
                 self._eof = True
                 break
