@@ -225,3 +225,14 @@ def test_corrupt_record_with_index_surfaces_from_worker(tmp_path):
     ds = TFRecordDataset(path, index, ["id"])
     with pytest.raises(RuntimeError, match=rf"bad.tfrecord, byte offset {offset}: corrupt record data"):
         epoch_ids(ds, 2)
+
+
+def test_persistent_workers_reshuffle_each_epoch(big_file):
+    path, index = big_file
+    for seed in (None, 4):
+        ds = TFRecordDataset(path, index, ["id"], shuffle_queue_size=64, seed=seed)
+        torch.manual_seed(0)
+        loader = DataLoader(ds, batch_size=16, num_workers=2, persistent_workers=True, collate_fn=ids_of)
+        first, second = ([i for b in loader for i in b] for _ in range(2))
+        assert sorted(first) == sorted(second) == list(range(N))
+        assert first != second

@@ -137,3 +137,11 @@ def test_transform_applies(splits_dir):
     ds = MultiTFRecordDataset(str(splits_dir / "{}.tfrecord"), None, {"b": 1}, ["id"], infinite=False,
                               transform=lambda r: int(r["id"][0]) - 1000)
     assert sorted(ds) == list(range(B))
+
+
+def test_tiny_split_with_more_workers_than_records(splits_dir, tmp_path):
+    write_examples(str(tmp_path / "tiny.tfrecord"), [5000, 5001])
+    ds = MultiTFRecordDataset({"a": str(splits_dir / "a.tfrecord"), "tiny": str(tmp_path / "tiny.tfrecord")},
+                              None, {"a": 1, "tiny": 1}, ["id"])
+    got = _take(ds, 2000, 3)  # worker 2 has no tiny record: it samples only "a", never spins
+    assert len(got) == 2000 and {5000, 5001} <= set(got)
