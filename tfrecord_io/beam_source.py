@@ -240,12 +240,12 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
         )
         chunk = self._batch_size or self._claim_chunk
         pending: List[Tuple[int, memoryview]] = []
-        pending_bytes = 0
+        append = pending.append
         end_of_last = None  # end of the last good frame taken, if it was the last item
         stopped = False
         first = True
         for offset, item in items:
-            if isinstance(item, CorruptRegion):
+            if type(item) is not memoryview:  # a CorruptRegion
                 if first and start > 0:
                     # A range that starts from an index offset may land on a corrupt
                     # frame; the range before it reports that region (see module doc).
@@ -254,7 +254,8 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
                 first = False
                 if pending:
                     stopped = yield from self._emit(path, pending, tracker)
-                    pending, pending_bytes = [], 0
+                    pending = []
+                    append = pending.append
                     if stopped:  # the region follows records of another range: theirs
                         break
                 claimed = tracker.try_claim(offset)
@@ -266,15 +267,17 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
                     break
                 continue
             first = False
-            pending.append((offset, item))
-            pending_bytes += len(item)
-            end_of_last = offset + len(item) + FRAME_OVERHEAD
-            if len(pending) >= chunk or pending_bytes >= _CLAIM_CHUNK_BYTES:
+            append((offset, item))
+            # Read ahead at most `chunk` records or ~4 MiB (offsets are file positions).
+            if len(pending) >= chunk or offset - pending[0][0] >= _CLAIM_CHUNK_BYTES:
+                end_of_last = offset + len(item) + FRAME_OVERHEAD
                 stopped = yield from self._emit(path, pending, tracker)
-                pending, pending_bytes = [], 0
+                pending = []
+                append = pending.append
                 if stopped:
                     break
         if pending and not stopped:
+            end_of_last = pending[-1][0] + len(pending[-1][1]) + FRAME_OVERHEAD
             stopped = yield from self._emit(path, pending, tracker)
         if not stopped:
             if end_of_last is not None and end_of_last >= stop and end_of_last < size:
@@ -304,21 +307,27 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
     def _values(self, path: str, records: List[Tuple[int, memoryview]]) -> Iterator[Any]:
         """Output for records this range owns: values (or one list of them), and a
         dead-letter entry for each record that is not a valid Example."""
-        values: List[Any] = []
-        n_bytes = 0
-        for offset, data in records:
-            try:
-                values.append(self._value(path, offset, data))
-            except ExampleCodecError as err:
-                if not self._dead_letter:
-                    raise
-                self._corrupt.inc()
-                yield beam.pvalue.TaggedOutput(
-                    DEAD_LETTER,
-                    {"path": path, "start": offset, "end": offset + len(data) + FRAME_OVERHEAD, "reason": err.reason},
-                )
-                continue
-            n_bytes += len(data)
+        if not records:
+            return
+        if self._raw_bytes and self._output == "bytes" and not self._with_metadata:
+            values: List[Any] = [bytes(data) for _, data in records]  # the common case, fast
+            n_bytes = sum(map(len, values))
+        else:
+            values = []
+            n_bytes = 0
+            for offset, data in records:
+                try:
+                    values.append(self._value(path, offset, data))
+                except ExampleCodecError as err:
+                    if not self._dead_letter:
+                        raise
+                    self._corrupt.inc()
+                    yield beam.pvalue.TaggedOutput(
+                        DEAD_LETTER,
+                        {"path": path, "start": offset, "end": offset + len(data) + FRAME_OVERHEAD, "reason": err.reason},
+                    )
+                    continue
+                n_bytes += len(data)
         self._records.inc(len(values))
         self._bytes.inc(n_bytes)
         if self._batch_size:
