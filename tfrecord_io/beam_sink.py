@@ -150,13 +150,14 @@ class _BucketRecords(beam.DoFn):
 
     def setup(self):
         self._encode = _encoder(self._coder)
+        self._passthrough = isinstance(self._coder, coders.BytesCoder)
 
     def start_bundle(self):
         self._buffers: List[List[bytes]] = [[] for _ in range(self._n)]
         self._sizes: List[int] = [0] * self._n
 
     def process(self, element) -> Iterator[Tuple[int, List[bytes]]]:
-        data = element if type(element) is bytes else bytes(self._encode(element))
+        data = element if self._passthrough and type(element) is bytes else bytes(self._encode(element))
         shard = crc32c(data) % self._n
         buf = self._buffers[shard]
         buf.append(data)
