@@ -477,6 +477,7 @@ def test_read_all_from_patterns_metadata_and_readable_files(tmp_path):
         return {
             "from_patterns": patterns | "ReadPatterns" >> ReadAllFromTFRecord(desired_bundle_size=500),
             "from_metadata": patterns | fileio.MatchAll() | "ReadMeta" >> ReadAllFromTFRecord(desired_bundle_size=500),
+            "with_filename": patterns | "ReadNamed" >> ReadAllFromTFRecord(with_filename=True, desired_bundle_size=500),
             "from_readable": p
             | "P2" >> beam.Create([pattern])
             | "M2" >> fileio.MatchAll()
@@ -487,6 +488,8 @@ def test_read_all_from_patterns_metadata_and_readable_files(tmp_path):
     out, _ = run_pipeline(build, str(tmp_path))
     for name in ("from_patterns", "from_metadata", "from_readable"):
         assert multiset(out[name]) == multiset(recs_a + recs_b), name
+    named = Counter((os.path.basename(f), r) for f, r in out["with_filename"])
+    assert named == Counter([("a.tfrecord", r) for r in recs_a] + [("b.tfrecord", r) for r in recs_b])
 
 
 def test_validate_and_option_errors(tmp_path):

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam import coders

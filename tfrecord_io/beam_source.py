@@ -26,7 +26,7 @@ restriction per file, read whole.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import apache_beam as beam
 from apache_beam import coders
@@ -45,7 +45,7 @@ from apache_beam.typehints import Tuple as TupleHint
 
 from . import files
 from .codec import Description, parse_example
-from .errors import ExampleCodecError, IndexFileError, TFRecordError
+from .errors import ExampleCodecError, IndexFileError
 from .crc import masked_crc32c
 from .framing import FRAME_OVERHEAD, HEADER_SIZE, CorruptRegion, FrameStream
 from .index import RecordIndex, find_index, load_index
@@ -199,6 +199,8 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
             value = bytes(data)
         else:
             value = self._coder.decode(bytes(data))
+        if self._with_metadata == "filename":
+            return (path, value)
         if self._with_metadata:
             return (path, offset, value)
         return value
@@ -431,7 +433,9 @@ def _check_options(output: str, on_corrupt: str, batch_size: Optional[int], desi
 def _element_type(coder: coders.Coder, output: str, with_metadata: bool, batch_size: Optional[int]):
     """Output type hint, so Beam picks a fast coder between stages (not pickling)."""
     base: Any = bytes if output == "bytes" and isinstance(coder, coders.BytesCoder) else AnyHint
-    if with_metadata:
+    if with_metadata == "filename":
+        base = TupleHint[str, base]
+    elif with_metadata:
         base = TupleHint[str, int, base]
     if batch_size:
         base = ListHint[base]
@@ -443,7 +447,8 @@ class ReadAllFromTFRecord(beam.PTransform):
     or ``fileio.ReadableFile``, splitting each plain file into byte ranges.
 
     Arguments are those of :class:`ReadFromTFRecord` (without ``file_pattern`` and
-    ``validate``). With ``on_corrupt="dead_letter"`` the result is a
+    ``validate``); ``with_filename=True`` gives ``(path, record)`` pairs as Beam's
+    ``ReadAllFromTFRecord`` does. With ``on_corrupt="dead_letter"`` the result is a
     ``DoOutputsTuple``: ``result.records`` and ``result.dead_letter``.
     """
 
@@ -460,9 +465,14 @@ class ReadAllFromTFRecord(beam.PTransform):
         batch_size: Optional[int] = None,
         on_corrupt: str = "fail",
         check_crc: bool = True,
+        with_filename: bool = False,
     ):
         super().__init__()
         _check_options(output, on_corrupt, batch_size, desired_bundle_size)
+        if with_filename and with_metadata:
+            raise ValueError("with_filename gives (path, record), with_metadata (path, offset, record): pick one")
+        if with_filename:
+            with_metadata = "filename"  # type: ignore[assignment]
         self._compression_type = compression_type
         self._on_corrupt = on_corrupt
         self._element_type = _element_type(coder, output, with_metadata, batch_size)
@@ -502,7 +512,8 @@ class ReadFromTFRecord(beam.PTransform):
       the index matches the file, by resynchronisation otherwise.
     - ``desired_bundle_size``: bytes per initial range (default 64 MiB).
     - ``output="example"`` with ``description``: parsed Example dicts (NumPy values).
-    - ``with_metadata=True``: ``(path, offset, record)`` tuples.
+    - ``with_metadata=True``: ``(path, offset, record)`` tuples (``with_filename=True``:
+      ``(path, record)``, as Beam's ReadAll gives).
     - ``batch_size=N``: lists of up to N records (one range never mixes into another's
       list), which cuts Beam's per-element cost.
     - ``on_corrupt="dead_letter"``: return ``result.records`` and ``result.dead_letter``
@@ -528,6 +539,7 @@ class ReadFromTFRecord(beam.PTransform):
         batch_size: Optional[int] = None,
         on_corrupt: str = "fail",
         check_crc: bool = True,
+        with_filename: bool = False,
     ):
         super().__init__()
         if not isinstance(file_pattern, str) or not file_pattern:
