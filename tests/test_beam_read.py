@@ -65,8 +65,11 @@ def read_with(pattern, workdir, multi=False, **kwargs):
     return run_pipeline(build, workdir, multi=multi)
 
 
-def make_fn(desired=1 << 20, on_corrupt="fail", index_pattern=None):
-    return _ReadTFRecordFn(desired, coders.BytesCoder(), "bytes", None, False, None, on_corrupt, True, index_pattern)
+def make_fn(desired=1 << 20, on_corrupt="fail", index_pattern=None, claim_chunk=None):
+    fn = _ReadTFRecordFn(desired, coders.BytesCoder(), "bytes", None, False, None, on_corrupt, True, index_pattern)
+    if claim_chunk:
+        fn._claim_chunk = claim_chunk  # records read ahead per claim (256 by default)
+    return fn
 
 
 def run_ranges(fn, path, cuts):
@@ -155,14 +158,21 @@ def test_exactly_once_at_arbitrary_cut_points(sizes, cut_fracs, use_index):
 
 
 @settings(max_examples=150, deadline=None)
-@given(sizes=record_sizes, after=st.integers(0, 30), fraction=st.floats(0, 1), use_index=st.booleans())
-def test_dynamic_split_mid_range_reads_each_record_once(sizes, after, fraction, use_index):
-    """``try_split`` while a range is being read: primary + residual = the whole range."""
+@given(
+    sizes=record_sizes,
+    after=st.integers(0, 30),
+    fraction=st.floats(0, 1),
+    use_index=st.booleans(),
+    claim_chunk=st.integers(1, 6),
+)
+def test_dynamic_split_mid_range_reads_each_record_once(sizes, after, fraction, use_index, claim_chunk):
+    """``try_split`` while a range is being read: primary + residual = the whole range,
+    including splits that land inside a chunk of records read ahead of their claim."""
     with tempfile.TemporaryDirectory() as d:
         records = payloads(sizes, seed=2)
         path = write_file(os.path.join(d, "a.tfrecord"), records, index=use_index)
         size = os.path.getsize(path)
-        fn = make_fn(index_pattern=None if use_index else False)
+        fn = make_fn(index_pattern=None if use_index else False, claim_chunk=claim_chunk)
         element = (path, size, "")
         tracker = fn.create_tracker(OffsetRange(0, size))
         got, residual = [], None
@@ -252,8 +262,13 @@ def test_dead_letter_reports_the_corrupt_middle_once_and_keeps_the_rest(tmp_path
 
 
 @settings(max_examples=200, deadline=None)
-@given(cut_fracs=st.lists(st.floats(0, 1), max_size=10), k=st.integers(0, 17), use_index=st.booleans())
-def test_dead_letter_exactly_once_at_any_cut_points(cut_fracs, k, use_index):
+@given(
+    cut_fracs=st.lists(st.floats(0, 1), max_size=10),
+    k=st.integers(0, 17),
+    use_index=st.booleans(),
+    claim_chunk=st.integers(1, 4),
+)
+def test_dead_letter_exactly_once_at_any_cut_points(cut_fracs, k, use_index, claim_chunk):
     """Including a cut right after the last good record before the corruption: the
     range before the cut must report it, the range after must not skip it silently."""
     with tempfile.TemporaryDirectory() as d:
@@ -264,7 +279,38 @@ def test_dead_letter_exactly_once_at_any_cut_points(cut_fracs, k, use_index):
         offs = offsets_of(records)
         edge = [start, start + 1, start - 1, offs[k + 1]] if k > 0 else [start + 1]
         cuts = sorted({0, size, *(int(f * size) for f in cut_fracs), *(c for c in edge if 0 <= c <= size)})
-        got, dead = run_ranges(make_fn(on_corrupt="dead_letter", index_pattern=None if use_index else False), path, cuts)
+        fn = make_fn(on_corrupt="dead_letter", index_pattern=None if use_index else False, claim_chunk=claim_chunk)
+        got, dead = run_ranges(fn, path, cuts)
+        assert Counter(got) == Counter(records[:k] + records[k + 2 :])
+        assert [(e["start"], e["end"]) for e in dead] == [(start, end)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    k=st.integers(0, 17),
+    after=st.integers(0, 20),
+    fraction=st.floats(0, 1),
+    claim_chunk=st.integers(1, 5),
+    use_index=st.booleans(),
+)
+def test_dead_letter_exactly_once_with_a_dynamic_split(k, after, fraction, claim_chunk, use_index):
+    with tempfile.TemporaryDirectory() as d:
+        records = payloads([40 + 7 * i for i in range(20)], seed=6)
+        path = write_file(os.path.join(d, "bad.tfrecord"), records, index=use_index)
+        start, end = corrupt_middle(path, records, k)
+        size = os.path.getsize(path)
+        fn = make_fn(on_corrupt="dead_letter", index_pattern=None if use_index else False, claim_chunk=claim_chunk)
+        tracker = fn.create_tracker(OffsetRange(0, size))
+        got, dead, residual = [], [], None
+        for i, item in enumerate(fn.process((path, size, ""), tracker)):
+            (dead.append(item.value) if isinstance(item, TaggedOutput) else got.append(item))
+            if i == after:
+                split = tracker.try_split(fraction)
+                residual = split[1] if split else None
+        tracker.check_done()
+        if residual is not None:
+            more, more_dead = run_ranges(fn, path, [residual.start, residual.stop])
+            got, dead = got + more, dead + more_dead
         assert Counter(got) == Counter(records[:k] + records[k + 2 :])
         assert [(e["start"], e["end"]) for e in dead] == [(start, end)]
 
@@ -431,6 +477,7 @@ def test_read_all_from_patterns_metadata_and_readable_files(tmp_path):
         return {
             "from_patterns": patterns | "ReadPatterns" >> ReadAllFromTFRecord(desired_bundle_size=500),
             "from_metadata": patterns | fileio.MatchAll() | "ReadMeta" >> ReadAllFromTFRecord(desired_bundle_size=500),
+            "with_filename": patterns | "ReadNamed" >> ReadAllFromTFRecord(with_filename=True, desired_bundle_size=500),
             "from_readable": p
             | "P2" >> beam.Create([pattern])
             | "M2" >> fileio.MatchAll()
@@ -441,6 +488,8 @@ def test_read_all_from_patterns_metadata_and_readable_files(tmp_path):
     out, _ = run_pipeline(build, str(tmp_path))
     for name in ("from_patterns", "from_metadata", "from_readable"):
         assert multiset(out[name]) == multiset(recs_a + recs_b), name
+    named = Counter((os.path.basename(f), r) for f, r in out["with_filename"])
+    assert named == Counter([("a.tfrecord", r) for r in recs_a] + [("b.tfrecord", r) for r in recs_b])
 
 
 def test_validate_and_option_errors(tmp_path):
