@@ -142,6 +142,45 @@ def beam_decode(pattern, spec, workers):
     return time.perf_counter() - t
 
 
+CATEGORIES = (
+    ("Pillow (decode/encode/resize)", ("PIL", "Imaging")),
+    ("audio libs (soundfile, soxr, librosa)", ("soundfile", "soxr", "librosa", "_cffi", "scipy")),
+    ("framing + CRC + sink/source (tfrecord_io)", ("tfrecord_io/framing", "tfrecord_io/crc", "tfrecord_io/writer", "tfrecord_io/reader", "tfrecord_io/beam_", "crc32c", "tfrecord_io/files")),
+    ("Example protobuf (codec)", ("tfrecord_io/codec", "google/protobuf", "SerializeToString", "ParseFromString", "MergeFromString")),
+    ("transforms (Python glue)", ("/transforms/",)),
+    # Beam's own code, plus the stdlib it drives (signature inspection, pickling, copies)
+    ("Beam (runner, coders, bookkeeping)", ("apache_beam", "inspect.py", "pickle", "dill", "copy.py", "typing.py", "enum.py", "threading.py", "queue.py")),
+    ("file IO (open, read, stat)", ("_io.", "io.open", "posix.", "builtins.open")),
+    ("waiting (locks, queues)", ("acquire", "wait", "select", "poll")),
+)
+
+
+def profile_breakdown(fn):
+    """Share of profiled time per component for one in-process run of ``fn``.
+
+    cProfile attributes each function's own time (tottime); it inflates pure-Python
+    parts (Beam, glue) more than C parts, so read these as upper bounds for Python."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    fn()
+    prof.disable()
+    totals = {name: 0.0 for name, _ in CATEGORIES}
+    totals["other (NumPy, stdlib, file IO)"] = 0.0
+    for (filename, _, func), (_, _, tottime, _, _) in pstats.Stats(prof).stats.items():
+        where = f"{filename}:{func}"
+        for name, needles in CATEGORIES:
+            if any(n in where for n in needles):
+                totals[name] += tottime
+                break
+        else:
+            totals["other (NumPy, stdlib, file IO)"] += tottime
+    whole = sum(totals.values()) or 1.0
+    return {k: v / whole for k, v in totals.items()}
+
+
 def marginal(run, small, large, repeat=2):
     """(items/s, start-up s) from wall times at two sizes (fastest of ``repeat`` runs
     each): a pipeline's start-up (seconds, more with worker processes) cancels out of
@@ -160,6 +199,7 @@ def main():
     ap.add_argument("--beam-images", type=int, default=600)
     ap.add_argument("--audio", type=int, default=12)
     ap.add_argument("--no-beam", action="store_true")
+    ap.add_argument("--no-beam-rates", action="store_true", help="only the profile of the Beam runs")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="bench_transforms_")
@@ -234,6 +274,25 @@ def main():
     sec_per_clip = 5.0
     for size, rows_ in by_len.items():
         write_all(encode_all(rows_, keep), os.path.join(tmp, f"dec{size}.tfrecord"))
+    print(f"\nWhere the time goes: cProfile of one in-process (1 worker) Beam run each after a warm-up run "
+          f"({len(small)} images / {len(a_small)} clips, pipeline start-up included), share of profiled time\n")
+    jobs = {
+        "encode keep bytes": lambda: beam_encode(small, keep, os.path.join(tmp, "pk"), 1),
+        "encode JPEG 224": lambda: beam_encode(small, jpeg, os.path.join(tmp, "pj"), 1),
+        "decode (split read)": lambda: beam_decode(os.path.join(tmp, f"dec{len(small)}.tfrecord"), keep, 1),
+        "encode audio 16 kHz": lambda: beam_encode(a_small, {"audio": Audio(sample_rate=16000, mono=True)}, os.path.join(tmp, "pa"), 1),
+    }
+    for job in jobs.values():  # warm up: imports, numba JIT in librosa, Beam's caches
+        job()
+    shares = {name: profile_breakdown(job) for name, job in jobs.items()}
+    cats = list(next(iter(shares.values())))
+    print("| component | " + " | ".join(jobs) + " |\n|---|" + "---:|" * len(jobs))
+    for cat in cats:
+        print(f"| {cat} | " + " | ".join(f"{shares[j][cat]:.0%}" for j in jobs) + " |")
+    sys.stdout.flush()
+    if args.no_beam_rates:
+        return
+
     print(f"\nBeam, DirectRunner: marginal throughput from runs of {len(small)} and {len(large)} images "
           f"({args.audio} and {3 * args.audio} clips; fastest of 2 runs each), so pipeline start-up is reported apart; sink/source = tfrecord_io\n")
     print("| pipeline | workers | items/s | MB/s | start-up s |\n|---|---:|---:|---:|---:|")
