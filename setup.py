@@ -90,6 +90,7 @@ setup(
             "pytest-timeout>=2.3",
             "hypothesis>=6.100",
             "tfrecord==1.14.6",
+            "dockerfile>=3.3",
             # Beam's own [tfrecord] extra: its built-in TFRecord IO, which the Beam IO
             # tests and benchmarks compare against, needs a CRC32C implementation.
             "crcmod>=1.7,<2.0",
@@ -101,6 +102,7 @@ setup(
     entry_points={
         "console_scripts": [
             "tfrecord2idx=tfrecord_io.tools.tfrecord2idx:main",
+            "tfrecord-io=pipelines.cli:main",
         ],
     },
 )

@@ -131,31 +131,34 @@ def validate_config(raw: Mapping[str, Any], base_dir: str = ".") -> Dict[str, An
     errors: List[str] = []
     cfg = _check(SCHEMA, raw, "", errors)
     inp = cfg.get("input", {})
-    if not errors:
-        if bool(inp.get("manifest")) == bool(inp.get("directory")):
-            errors.append("input: give exactly one of input.manifest or input.directory")
-        for name, col in cfg["columns"].items():
-            where = f"columns.{name}"
-            if isinstance(col, str):
-                col = {"encoder": col}
-                cfg["columns"][name] = col
-            if not isinstance(col, Mapping):
-                errors.append(f"{where}: expected a mapping with an 'encoder' field, got {col!r}")
-                continue
-            enc = col.get("encoder")
-            if enc not in ENCODER_NAMES:
-                errors.append(f"{where}.encoder: unknown encoder {enc!r} (known: {', '.join(ENCODER_NAMES)})")
-        if not cfg["columns"]:
-            errors.append("columns: at least one column must be encoded")
-        weights = cfg["splits"]
-        for split, w in weights.items():
-            if not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0:
-                errors.append(f"splits.{split}: expected a non-negative number, got {w!r}")
-        if weights and not errors and sum(weights.values()) <= 0:
-            errors.append("splits: the weights must add up to more than 0")
-        sharding = cfg["sharding"]
-        if sharding.get("num_shards") is not None and sharding["num_shards"] < 1:
-            errors.append(f"sharding.num_shards: must be >= 1, got {sharding['num_shards']}")
+    if bool(inp.get("manifest")) == bool(inp.get("directory")):
+        errors.append("input: give exactly one of input.manifest or input.directory")
+    columns = cfg.get("columns") if isinstance(cfg.get("columns"), dict) else {}
+    for name, col in columns.items():
+        where = f"columns.{name}"
+        if isinstance(col, str):
+            col = {"encoder": col}
+            columns[name] = col
+        if not isinstance(col, Mapping):
+            errors.append(f"{where}: expected a mapping with an 'encoder' field, got {col!r}")
+            continue
+        enc = col.get("encoder")
+        if enc not in ENCODER_NAMES:
+            errors.append(f"{where}.encoder: unknown encoder {enc!r} (known: {', '.join(ENCODER_NAMES)})")
+    if "columns" in raw and isinstance(cfg.get("columns"), dict) and not columns:
+        errors.append("columns: at least one column must be encoded")
+    weights = cfg.get("splits") if isinstance(cfg.get("splits"), dict) else {}
+    bad_weight = False
+    for split, w in weights.items():
+        if not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0:
+            errors.append(f"splits.{split}: expected a non-negative number, got {w!r}")
+            bad_weight = True
+    if weights and not bad_weight and sum(weights.values()) <= 0:
+        errors.append("splits: the weights must add up to more than 0")
+    sharding = cfg.get("sharding", {})
+    if isinstance(sharding.get("num_shards"), int) and sharding["num_shards"] < 1:
+        errors.append(f"sharding.num_shards: must be >= 1, got {sharding['num_shards']}")
+    if sharding.get("target_shard_bytes") is not None:
         try:
             sharding["target_shard_bytes"] = parse_size(sharding["target_shard_bytes"], "sharding.target_shard_bytes")
         except ConfigError as err:

@@ -78,49 +78,18 @@ def expand_patterns(patterns: Iterable[str]) -> List[str]:
 
 
 def run_index(paths: List[str], options, force: bool = False, progress_dir: Optional[str] = None) -> List[Dict[str, Any]]:
-    """Run the index pipeline; returns one status dict per file."""
+    """Run the index pipeline; returns one status dict per file, sorted by path."""
+    from .collect import ResultDir
     from .progress import CountProgress
 
-    result_dir = _result_dir()
-    with beam.Pipeline(options=options) as p:
-        (
-            p
-            | "Files" >> beam.Create(paths)
-            | "Spread" >> beam.Reshuffle()
-            | "Index" >> beam.ParDo(IndexFile(force))
-            | "Progress" >> beam.ParDo(CountProgress(progress_dir, "files"))
-            | "Collect" >> beam.ParDo(_AppendJson(result_dir))
-        )
-    return _read_results(result_dir)
-
-
-class _AppendJson(beam.DoFn):
-    """Results to small JSON files in a local directory (local runners share the disk)."""
-
-    def __init__(self, directory: str):
-        self._dir = directory
-
-    def process(self, element):
-        import json
-        import uuid
-
-        with open(os.path.join(self._dir, uuid.uuid4().hex + ".json"), "w") as f:
-            json.dump(element, f)
-
-
-def _result_dir() -> str:
-    import tempfile
-
-    return tempfile.mkdtemp(prefix="tfrecord-io-results-")
-
-
-def _read_results(directory: str) -> List[Dict[str, Any]]:
-    import json
-    import shutil
-
-    out = []
-    for name in os.listdir(directory):
-        with open(os.path.join(directory, name)) as f:
-            out.append(json.load(f))
-    shutil.rmtree(directory, ignore_errors=True)
-    return sorted(out, key=lambda r: r["path"])
+    with ResultDir() as results:
+        with beam.Pipeline(options=options) as p:
+            (
+                p
+                | "Files" >> beam.Create(paths)
+                | "Spread" >> beam.Reshuffle()
+                | "Index" >> beam.ParDo(IndexFile(force))
+                | "Progress" >> beam.ParDo(CountProgress(progress_dir, "files"))
+                | "Collect" >> results.sink()
+            )
+        return sorted(results.read(), key=lambda r: r["path"])

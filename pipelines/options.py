@@ -15,6 +15,9 @@ LOCAL_DEFAULTS: Dict[str, Any] = {
     "direct_running_mode": "multi_processing",
 }
 
+# Worker processes log every bundle at INFO; users see only problems unless --verbose.
+QUIET = {"default_sdk_harness_log_level": "ERROR"}
+
 LOCAL_RUNNERS = {"directrunner", "fnapirunner", "bundlebaseddirectrunner", "switchingdirectrunner", "prismrunner"}
 
 
@@ -26,7 +29,7 @@ def _flag(name: str, value: Any) -> List[str]:
     return [f"--{name}={value}"]
 
 
-def beam_args(runner_cfg: Optional[Mapping[str, Any]], passthrough: Sequence[str]) -> List[str]:
+def beam_args(runner_cfg: Optional[Mapping[str, Any]], passthrough: Sequence[str], quiet: bool = True) -> List[str]:
     """Flags for ``PipelineOptions``: local defaults < config < command line."""
     merged: Dict[str, Any] = dict(LOCAL_DEFAULTS)
     cfg = dict(runner_cfg or {})
@@ -37,6 +40,8 @@ def beam_args(runner_cfg: Optional[Mapping[str, Any]], passthrough: Sequence[str
     elif runner:
         merged["runner"] = runner
     merged.update(cfg.get("options") or {})
+    if quiet:
+        merged = {**QUIET, **merged}
     passed = {a.split("=", 1)[0].lstrip("-") for a in passthrough if a.startswith("--")}
     if "runner" in passed:
         merged = {k: v for k, v in merged.items() if not k.startswith("direct_")} if not any(

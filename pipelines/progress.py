@@ -116,8 +116,15 @@ class ProgressPrinter:
         return f"[{self.label} {elapsed:6.1f}s] " + (" | ".join(parts) if parts else "starting workers ...")
 
     def _run(self) -> None:
+        last_counts: Dict[str, int] = {}
+        last_print = time.monotonic()
         while not self._stop.wait(self.interval):
-            print(self.line(), file=self.stream, flush=True)
+            counts = read_counts(self.dir) if self.dir else {}
+            # Print when something moved, else at most every 10 s (a heartbeat).
+            if counts != last_counts or time.monotonic() - last_print >= 10:
+                print(self.line(), file=self.stream, flush=True)
+                last_counts = counts
+                last_print = time.monotonic()
 
     def __exit__(self, *exc) -> None:
         self._stop.set()

@@ -14,12 +14,19 @@ in every process: upb's map order otherwise varies from run to run.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .errors import ExampleCodecError
 from .proto.example_pb2 import Example, Feature, Features, SequenceExample
+
+try:  # compiled encoder/parser: same results as upb, or None to send the input to upb
+    from ._speedups import encode_example as _encode_example  # type: ignore[attr-defined]
+    from ._speedups import parse_examples as _parse_examples  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _encode_example = None
+    _parse_examples = None
 
 BYTES = "bytes_list"
 FLOAT = "float_list"
@@ -38,6 +45,10 @@ TYPE_NAMES: Dict[str, str] = {
 }
 
 Description = Union[None, Sequence[str], Mapping[str, Optional[str]]]
+
+# Kind numbers of the compiled core: the Feature oneof field numbers.
+_KIND_CODES = {BYTES: 1, FLOAT: 2, INT64: 3}
+_TYPE_CODES = {name: _KIND_CODES[kind] for name, kind in TYPE_NAMES.items()}
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
@@ -105,6 +116,12 @@ def _as_bytes(key: str, item: Any) -> bytes:
     raise ExampleCodecError(f"feature {key!r}: expected bytes or str, got {type(item).__name__}")
 
 
+def _check_number(key: str, v: Any) -> None:
+    """``float()`` would accept ``"1.5"`` and ``b"2"``: a string is a wrong type here."""
+    if isinstance(v, (str, bytes, bytearray, memoryview, np.str_, np.bytes_)):
+        raise ExampleCodecError(f"feature {key!r}: {type(v).__name__} value {v!r:.40} given for a 'float' feature")
+
+
 def _fill_feature(feature: Feature, key: str, value: Any, kind: str) -> None:
     try:
         if kind == BYTES:
@@ -139,8 +156,11 @@ def _fill_feature(feature: Feature, key: str, value: Any, kind: str) -> None:
                     raise ExampleCodecError(f"feature {key!r}: {value.dtype} array given for a 'float' feature")
                 feature.float_list.value.extend(value.ravel().astype(np.float32, copy=False).tolist())
             elif isinstance(value, (list, tuple)):
+                for v in value:
+                    _check_number(key, v)
                 feature.float_list.value.extend([float(v) for v in value])
             else:
+                _check_number(key, value)
                 feature.float_list.value.append(float(value))
         else:  # pragma: no cover - kinds come from TYPE_NAMES/_infer_kind
             raise ExampleCodecError(f"feature {key!r}: unknown kind {kind}")
@@ -206,6 +226,10 @@ def build_sequence_example(
 
 def serialize_example(datum: Mapping[str, Any]) -> bytes:
     """Serialised ``Example`` bytes, deterministic (sorted keys)."""
+    if _encode_example is not None:  # plain Python values: encoded in C, same bytes
+        data = _encode_example(datum, _TYPE_CODES)
+        if data is not None:
+            return data
     return build_example(datum).SerializeToString(deterministic=True)
 
 
@@ -315,12 +339,86 @@ def parse_sequence_example(
 def infer_description(data) -> Dict[str, str]:
     """The description (``{key: 'byte'|'int'|'float'}``) of one serialised Example."""
     example = Example()
-    example.ParseFromString(data)
+    try:
+        example.ParseFromString(data)
+    except Exception as err:
+        raise ExampleCodecError(f"not a valid tf.train.Example: {err}") from None
     names = {BYTES: "byte", FLOAT: "float", INT64: "int"}
     return {
         k: names.get(example.features.feature[k].WhichOneof("kind"), "float")
         for k in sorted(example.features.feature.keys())
     }
+
+
+def _fast_columns(records: Sequence, wanted: Optional[List[Tuple[str, Optional[str]]]]) -> Optional[List[Any]]:
+    """Columns from the compiled parser, or None (not built, untyped keys, or a record
+    it leaves to upb, which then gives the result or the error)."""
+    if _parse_examples is None or not wanted or any(kind is None for _, kind in wanted):
+        return None
+    return _parse_examples(records, [k.encode("utf-8") for k, _ in wanted], [_KIND_CODES[k] for _, k in wanted])
+
+
+def _object_array(items: Sequence[Any]) -> np.ndarray:
+    """A 1-D object array of ``items`` (assigned one by one: lists stay lists)."""
+    arr = np.empty(len(items), dtype=object)
+    for i, item in enumerate(items):
+        arr[i] = item
+    return arr
+
+
+def parse_examples(records: Sequence, description: Description = None) -> List[Dict[str, Any]]:
+    """``[parse_example(r, description) for r in records]``, faster for many records.
+
+    With a typed description and the compiled core, the records are parsed in one C
+    call into columns; each record's arrays are then views of those columns (rows of
+    a 2-D block), which is much cheaper than one protobuf message and fresh arrays per
+    record. Any record the fast parser does not handle sends the batch to upb.
+    """
+    if not isinstance(records, (list, tuple)):
+        records = list(records)
+    wanted = _normalize_description(description)
+    cols = _fast_columns(records, wanted)
+    if cols is None:
+        return [parse_example(r, description) for r in records]
+    n = len(records)
+    per_key: List[Any] = []
+    for (key, kind), col in zip(wanted or [], cols):
+        if kind == BYTES:
+            per_key.append([v[0] if len(v) == 1 else _object_array(v) for v in col])
+            continue
+        flat = np.frombuffer(col[0], dtype=np.int64 if kind == INT64 else np.float32)
+        lengths = np.frombuffer(col[1], dtype=np.int64)
+        if n and np.all(lengths == lengths[0]):
+            per_key.append(list(flat.reshape(n, int(lengths[0]))))
+        else:
+            per_key.append(np.split(flat, np.cumsum(lengths)[:-1]))
+    keys = [k for k, _ in wanted or []]
+    return [dict(zip(keys, values)) for values in zip(*per_key)] if keys else [{} for _ in records]
+
+
+def parse_example_stream(records: Iterable, description: Description = None, batch_size: int = 128) -> Iterator[Dict[str, Any]]:
+    """``parse_example`` over an iterable of records, parsing ``batch_size`` at a time.
+
+    Records read before an error (a corrupt frame, say) are still yielded, in order,
+    before the error is raised, as a record-at-a-time loop would.
+    """
+    it = iter(records)
+    while True:
+        batch: List[Any] = []
+        error: Optional[BaseException] = None
+        try:
+            for record in it:
+                batch.append(record)
+                if len(batch) >= batch_size:
+                    break
+        except Exception as err:  # noqa: BLE001 - re-raised below, after the good records
+            error = err
+        if batch:
+            yield from parse_examples(batch, description)
+        if error is not None:
+            raise error
+        if len(batch) < batch_size:
+            return
 
 
 def parse_examples_batch(records: Iterable, description: Mapping[str, str]) -> Dict[str, Any]:
@@ -331,11 +429,19 @@ def parse_examples_batch(records: Iterable, description: Mapping[str, str]) -> D
     features become an object array of ``bytes`` (one value per record) or lists.
     """
     wanted = _normalize_description(description) or []
+    if not isinstance(records, (list, tuple)):
+        records = list(records)
+    cols = _fast_columns(records, wanted)
+    if cols is not None:
+        return _batch_from_columns(len(records), wanted, cols)
     columns: Dict[str, List[Any]] = {k: [] for k, _ in wanted}
     example = Example()
     for data in records:
         example.Clear()
-        example.ParseFromString(data)
+        try:
+            example.ParseFromString(data)
+        except Exception as err:
+            raise ExampleCodecError(f"not a valid tf.train.Example: {err}") from None
         fmap = example.features.feature
         for key, kind in wanted:
             if key not in fmap:
@@ -349,15 +455,29 @@ def parse_examples_batch(records: Iterable, description: Mapping[str, str]) -> D
     for key, kind in wanted:
         col = columns[key]
         if kind == BYTES:
-            arr = np.empty(len(col), dtype=object)
-            arr[:] = [v[0] if len(v) == 1 else list(v) for v in col]
-            out[key] = arr
+            out[key] = _object_array([v[0] if len(v) == 1 else list(v) for v in col])
             continue
         dtype = np.int64 if kind == INT64 else np.float32
         lengths = np.fromiter((len(v) for v in col), dtype=np.int64, count=len(col))
         flat = np.fromiter((x for v in col for x in v), dtype=dtype, count=int(lengths.sum()))
         if len(col) and np.all(lengths == lengths[0]):
             out[key] = flat.reshape(len(col), int(lengths[0]))
+        else:
+            out[key] = (flat, lengths)
+    return out
+
+
+def _batch_from_columns(n: int, wanted: List[Tuple[str, Optional[str]]], cols: List[Any]) -> Dict[str, Any]:
+    """``parse_examples_batch``'s result from the compiled parser's columns."""
+    out: Dict[str, Any] = {}
+    for (key, kind), col in zip(wanted, cols):
+        if kind == BYTES:
+            out[key] = _object_array([v[0] if len(v) == 1 else v for v in col])
+            continue
+        flat = np.frombuffer(col[0], dtype=np.int64 if kind == INT64 else np.float32)
+        lengths = np.frombuffer(col[1], dtype=np.int64)
+        if n and np.all(lengths == lengths[0]):
+            out[key] = flat.reshape(n, int(lengths[0]))
         else:
             out[key] = (flat, lengths)
     return out
@@ -374,6 +494,8 @@ __all__ = [
     "feature_to_numpy",
     "infer_description",
     "parse_example",
+    "parse_example_stream",
+    "parse_examples",
     "parse_examples_batch",
     "parse_sequence_example",
     "serialize_example",

@@ -117,6 +117,8 @@ class ZlibReader(io.RawIOBase):
         self._dec = zlib.decompressobj()
         self._pending = b""
         self._eof = False
+        self._started = False  # the current zlib stream has been fed input
+        self._truncated = False  # the input ended inside a zlib stream
 
     def readable(self) -> bool:
         return True
@@ -125,16 +127,18 @@ class ZlibReader(io.RawIOBase):
         while len(self._pending) < want and not self._eof:
             data = self._dec.unconsumed_tail or self._raw.read(self._chunk)
             if not data:
-                if not self._dec.eof and self._dec.unconsumed_tail == b"":
-                    tail = self._dec.flush()
-                    self._pending += tail
                 self._eof = True
+                # a stream cut short may end at a record boundary: records would be lost
+                # silently; read() raises once the data before the cut is delivered
+                self._truncated = self._started and not self._dec.eof
                 break
+            self._started = True
             out = self._dec.decompress(data, max(want - len(self._pending), self._chunk))
             self._pending += out
             if self._dec.eof:
                 rest = self._dec.unused_data
                 self._dec = zlib.decompressobj()
+                self._started = bool(rest)
                 if rest:
                     self._pending += self._dec.decompress(rest, self._chunk)
 
@@ -142,9 +146,13 @@ class ZlibReader(io.RawIOBase):
         if size is None or size < 0:
             while not self._eof:
                 self._fill(len(self._pending) + self._chunk)
+            if self._truncated:
+                raise EOFError("the ZLIB stream ends before its end marker")
             out, self._pending = self._pending, b""
             return out
         self._fill(size)
+        if self._truncated and not self._pending and size:
+            raise EOFError("the ZLIB stream ends before its end marker")
         out, self._pending = self._pending[:size], self._pending[size:]
         return out
 

@@ -98,10 +98,35 @@ def build_index(data_path: str, compression_type: Optional[str] = None) -> Recor
     sizes = []
     with files.open_raw(data_path, "rb") as f:
         stream = FrameStream(f, path=data_path, size=size, chunk_size=1 << 22)
-        for offset, data in stream.frames():
-            offsets.append(offset)
-            sizes.append(len(data) + FRAME_OVERHEAD)
+        try:
+            for offset, data in stream.frames():
+                offsets.append(offset)
+                sizes.append(len(data) + FRAME_OVERHEAD)
+        except TFRecordError as err:
+            if not offsets:
+                kind = _sniff_compression(data_path)
+                if kind:
+                    raise IndexFileError(
+                        f"cannot index this file: it looks {kind}-compressed (its first bytes are a "
+                        f"{kind} header, not a TFRecord frame); record offsets in a compressed stream "
+                        "cannot be seeked to; index the uncompressed file instead",
+                        data_path,
+                        0,
+                    ) from err
+            raise
     return RecordIndex(np.array(offsets, dtype=np.int64), np.array(sizes, dtype=np.int64))
+
+
+def _sniff_compression(data_path: str) -> str:
+    """"GZIP"/"ZLIB" when the file starts with that header, else "" (used only to
+    explain why a file whose first record is unreadable cannot be indexed)."""
+    with files.open_raw(data_path, "rb") as f:
+        head = f.read(2)
+    if head == b"\x1f\x8b":
+        return "GZIP"
+    if len(head) == 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
+        return "ZLIB"
+    return ""
 
 
 def write_index_atomic(index: RecordIndex, index_path: str) -> None:
@@ -113,6 +138,9 @@ def write_index_atomic(index: RecordIndex, index_path: str) -> None:
     directory = os.path.dirname(os.path.abspath(index_path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".index", dir=directory)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; an index is as readable as its data
         with os.fdopen(fd, "wb") as f:
             f.write(text)
             f.flush()

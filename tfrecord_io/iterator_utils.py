@@ -48,12 +48,18 @@ def sample_iterators(
 ) -> Iterator[T]:
     """Draw from ``iterators`` with probabilities proportional to ``ratios``.
 
+    Each entry is an iterator, or (as the ``tfrecord`` package takes them) a function
+    that makes one: with ``infinite=True`` a function is cycled, else called once.
     An iterator that is exhausted is dropped and the others' weights renormalised;
     iteration ends when every one is exhausted (with ``infinite=True`` callers pass
     ``cycle``-wrapped iterators, which end only when their source is empty).
     """
     weights = check_weights(ratios)
-    live = [(it, w) for it, w in zip(iterators, weights) if w > 0]
+    sources = [
+        (cycle(it) if infinite else iter(it())) if callable(it) and not hasattr(it, "__next__") else it
+        for it in iterators
+    ]
+    live = [(it, w) for it, w in zip(sources, weights) if w > 0]
     rng = rng or random.Random()
     while live:
         total = sum(w for _, w in live)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import files, iterator_utils
-from .codec import Description, parse_example, parse_sequence_example
+from .codec import Description, parse_example_stream, parse_sequence_example
 from .errors import IndexFileError
 from .framing import DEFAULT_CHUNK_SIZE, CorruptRegion, FrameStream
 from .index import RecordIndex, load_index
@@ -144,9 +144,13 @@ def example_loader(
     shard: Optional[Tuple[int, int]] = None,
     compression_type: Optional[str] = None,
 ) -> Iterator[Dict[str, Any]]:
-    """Yield each Example of the file as a dict of NumPy arrays (see ``codec``)."""
-    for record in tfrecord_iterator(data_path, index_path, shard, compression_type):
-        yield parse_example(record, description)
+    """Yield each Example of the file as a dict of NumPy arrays (see ``codec``).
+
+    Records are parsed in small batches (``codec.parse_example_stream``): one call of
+    the compiled parser per batch instead of one protobuf message per record.
+    """
+    records = tfrecord_iterator(data_path, index_path, shard, compression_type)
+    yield from parse_example_stream(records, description)
 
 
 def sequence_loader(
@@ -167,12 +171,15 @@ def tfrecord_loader(
     index_path: Optional[str],
     description: Description = None,
     shard: Optional[Tuple[int, int]] = None,
-    shuffle_queue_size: Optional[int] = None,
-    compression_type: Optional[str] = None,
     sequence_description: Description = None,
+    compression_type: Optional[str] = None,
+    shuffle_queue_size: Optional[int] = None,
 ) -> Iterator[Any]:
     """Examples (dicts) or, with ``sequence_description``, SequenceExamples
-    (``(context, feature_lists)``) of one file, optionally through a shuffle buffer."""
+    (``(context, feature_lists)``) of one file, optionally through a shuffle buffer.
+
+    The first six parameters are the ``tfrecord`` package's, in its order, so
+    positional calls written for it keep their meaning."""
     if sequence_description is not None:
         loader: Iterator[Any] = sequence_loader(
             data_path, index_path, description, sequence_description, shard, compression_type
@@ -192,11 +199,13 @@ def multi_tfrecord_loader(
     sequence_description: Description = None,
     compression_type: Optional[str] = None,
     infinite: bool = True,
+    shard: Optional[Tuple[int, int]] = None,
     shuffle_queue_size: Optional[int] = None,
 ) -> Iterator[Any]:
     """Sample records from several files (``data_pattern.format(split)``) with the
     given weights. Zero-weight splits are never opened; see
-    ``iterator_utils.sample_iterators`` for how ends are handled."""
+    ``iterator_utils.sample_iterators`` for how ends are handled. ``shard=(i, n)``
+    reads shard ``i`` of every split (the ``tfrecord`` package's 8th argument)."""
     weights = iterator_utils.check_weights(splits)
     names = [name for name, w in zip(splits, weights) if w > 0]
 
@@ -204,11 +213,10 @@ def multi_tfrecord_loader(
         return lambda: tfrecord_loader(
             data_pattern.format(name),
             index_pattern.format(name) if index_pattern else None,
-            description,
-            None,
-            None,
-            compression_type,
-            sequence_description,
+            description=description,
+            shard=shard,
+            sequence_description=sequence_description,
+            compression_type=compression_type,
         )
 
     openers = [opener(n) for n in names]

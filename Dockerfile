@@ -1,0 +1,36 @@
+# tfrecord-io worker and job image.
+#
+# Based on Apache Beam's Python SDK image of the version setup.py pins, so it serves
+# both as the SDK harness of Flink / Spark / Dataflow workers
+#   --environment_type=DOCKER --environment_config=<this image>     (Flink, Spark)
+#   --sdk_container_image=<this image>                              (Dataflow)
+# and, with the entry point overridden, as a place to launch jobs:
+#   docker run --rm -v "$PWD:/work" -w /work --entrypoint tfrecord-io <image> build configs/datasets/demo.yaml
+#
+# Build: docker build -t tfrecord-io:0.1.0 .
+# The Beam version here must equal setup.py's apache-beam pin (a test checks it):
+# workers and launcher must run the same SDK.
+FROM apache/beam_python3.11_sdk:2.62.0
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# libsndfile for soundfile (audio), a C compiler for the optional C core.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libsndfile1 gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /opt/tfrecord-io
+COPY setup.py README.md ./
+COPY tfrecord_io ./tfrecord_io
+COPY transforms ./transforms
+COPY pipelines ./pipelines
+COPY configs ./configs
+
+# The image's apache-beam is already the pinned version; pip keeps it.
+RUN pip install ".[media]" \
+    && python -c "import tfrecord_io, transforms, pipelines.cli; print('tfrecord-io', tfrecord_io.__version__)"
+
+# Keep Beam's SDK harness boot as the entry point (what runners start).
+ENTRYPOINT ["/opt/apache/beam/boot"]

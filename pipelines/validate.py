@@ -1,0 +1,166 @@
+"""``tfrecord-io validate``: every record's CRCs, parsed against the feature spec,
+record counts and shard checksums compared with ``dataset_info.json``.
+
+Input is a dataset (its root with ``LATEST``, or a version directory with
+``dataset_info.json``) or plain file patterns (CRC checks only). The read is the
+splitting read of ``transforms.ValidateTFRecords``, so one big file keeps every worker
+busy. The report lists every problem with its file, byte offset and reason; the exit
+status is 1 when there is any.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+import apache_beam as beam
+
+from . import dataset_dir
+from .collect import ResultDir
+from .options import beam_args, is_local
+from .progress import ProgressPrinter
+
+
+def dataset_target(paths: List[str]) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
+    """``(version_dir, info)`` when ``paths`` names one built dataset, else ``(None, None)``."""
+    if len(paths) != 1 or not os.path.isdir(paths[0]):
+        return None, None
+    version_dir = dataset_dir.resolve_dataset_dir(paths[0])
+    info = dataset_dir.load_info(version_dir)
+    return (version_dir, info) if info is not None else (None, None)
+
+
+def _shards(version_dir: str, info: Dict[str, Any]) -> List[Dict[str, Any]]:
+    out = []
+    for split, entry in sorted(info.get("splits", {}).items()):
+        for shard in entry.get("shards", []):
+            out.append({**shard, "split": split, "abspath": os.path.join(version_dir, shard["path"])})
+    return out
+
+
+def _unlisted_files(version_dir: str, listed: List[str]) -> List[str]:
+    known = set(listed)
+    extra = []
+    for root, _, names in os.walk(version_dir):
+        for name in names:
+            full = os.path.join(root, name)
+            if ".tfrecord" in name and not name.endswith(".index") and full not in known:
+                extra.append(full)
+    return sorted(extra)
+
+
+def _checksum(path: str) -> Dict[str, Any]:
+    try:
+        return {"path": path, "sha256": dataset_dir.sha256_file(path)}
+    except OSError as err:
+        return {"path": path, "sha256": None, "error": err.strerror}
+
+
+def run_validate(paths: List[str], options, checksums: bool = True, progress: bool = True) -> Dict[str, Any]:
+    """Run the validation pipeline and compare with ``dataset_info.json``; the report."""
+    from transforms.validate import ValidateTFRecords
+
+    version_dir, info = dataset_target(paths)
+    shards: List[Dict[str, Any]] = []
+    spec = None
+    if info is not None:
+        shards = _shards(version_dir, info)
+        patterns = [s["abspath"] for s in shards if os.path.exists(s["abspath"])]
+        spec = list(info.get("features", {}).values()) or None
+    else:
+        patterns = list(paths)
+    problems: List[Dict[str, Any]] = []
+    for s in shards:
+        if not os.path.exists(s["abspath"]):
+            problems.append({"path": s["abspath"], "offset": None, "kind": "missing", "reason": "shard listed in dataset_info.json is missing"})
+    report: Dict[str, Any] = {}
+    sums: Dict[str, Optional[str]] = {}
+    with ProgressPrinter("validate", enabled=progress) as bar:
+        with ResultDir() as results:
+            if patterns:
+                with beam.Pipeline(options=options) as p:
+                    reports = p | "Validate" >> ValidateTFRecords(patterns, spec)
+                    tagged = [reports | "TagReport" >> beam.Map(lambda r: {"report": r})]
+                    if checksums and shards:
+                        tagged.append(
+                            p
+                            | "Shards" >> beam.Create(patterns)
+                            | "Spread" >> beam.Reshuffle()
+                            | "Checksum" >> beam.Map(lambda path: {"checksum": _checksum(path)})
+                        )
+                    tagged | "All" >> beam.Flatten() | "Collect" >> results.sink()
+            for item in results.read():
+                if "report" in item:
+                    report = item["report"]
+                else:
+                    sums[item["checksum"]["path"]] = item["checksum"]["sha256"]
+    problems = list(report.get("problems", [])) + problems
+    if info is not None:
+        counts = report.get("records_per_file", {})
+        for s in shards:
+            path = s["abspath"]
+            if not os.path.exists(path):
+                continue
+            if counts.get(path, 0) != s["records"]:
+                problems.append({"path": path, "offset": None, "kind": "count",
+                                 "reason": f"dataset_info.json lists {s['records']} records, the file has {counts.get(path, 0)}"})
+            if checksums and sums.get(path) != s.get("sha256"):
+                problems.append({"path": path, "offset": None, "kind": "checksum",
+                                 "reason": f"SHA-256 {sums.get(path)} differs from dataset_info.json's {s.get('sha256')}"})
+        for extra in _unlisted_files(version_dir, [s["abspath"] for s in shards]):
+            problems.append({"path": extra, "offset": None, "kind": "unlisted", "reason": "TFRecord file not listed in dataset_info.json"})
+        expected = info.get("records")
+        if expected is not None and report.get("records") is not None and report["records"] != expected and not any(p["kind"] == "missing" for p in problems):
+            problems.append({"path": version_dir, "offset": None, "kind": "count",
+                             "reason": f"dataset_info.json lists {expected} records in all, validation read {report['records']}"})
+    problems.sort(key=lambda p: (p["path"], p["offset"] if p["offset"] is not None else -1))
+    return {
+        "ok": not problems,
+        "dataset": version_dir,
+        "name": info.get("name") if info else None,
+        "files": report.get("files", 0),
+        "records": report.get("records", 0),
+        "bytes": report.get("bytes", 0),
+        "records_per_file": report.get("records_per_file", {}),
+        "checksums_checked": bool(checksums and shards),
+        "problems": problems,
+        "seconds": round(bar.elapsed, 3),
+    }
+
+
+def summary_lines(report: Dict[str, Any], limit: int = 20) -> List[str]:
+    what = f"dataset {report['name']!r} at {report['dataset']}" if report.get("dataset") else "files"
+    rate = report["records"] / report["seconds"] if report.get("seconds") else 0.0
+    lines = [
+        f"validated {what}: {report['files']} files, {report['records']:,} records, "
+        f"{report['bytes'] / 1e6:.2f} MB in {report['seconds']:.1f}s ({rate:,.0f} records/s)"
+    ]
+    if report["ok"]:
+        lines.append("OK: every record's CRCs hold" + (", every record matches the feature spec, counts and checksums match dataset_info.json" if report.get("dataset") else ""))
+        return lines
+    lines.append(f"FAILED: {len(report['problems'])} problem(s)")
+    for p in report["problems"][:limit]:
+        where = f"{p['path']}" + (f" at byte offset {p['offset']}" if p.get("offset") is not None else "")
+        lines.append(f"  {p['kind']}: {where}: {p['reason']}")
+    if len(report["problems"]) > limit:
+        lines.append(f"  ... and {len(report['problems']) - limit} more (see the JSON report)")
+    return lines
+
+
+def cmd_validate(args, beam_flags: List[str]) -> int:
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from .cli import _runner_section
+
+    flags = beam_args(_runner_section(args.runner_config), beam_flags)
+    report = run_validate(args.paths, PipelineOptions(flags), checksums=not args.no_checksums,
+                          progress=not args.no_progress and is_local(flags))
+    if args.report:
+        with open(args.report, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2, sort_keys=True)
+    print("\n".join(summary_lines(report)))
+    if args.report:
+        print(f"report: {args.report}")
+    return 0 if report["ok"] else 1

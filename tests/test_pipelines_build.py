@@ -1,0 +1,177 @@
+"""End-to-end tests of the build job on DirectRunner with real media."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+import yaml
+
+import tfrecord_io
+from pipelines import dataset_dir
+from pipelines.build import run_build
+from pipelines.config import load_config
+from pipelines.demo_data import make_demo_media
+from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, options, run_cli
+from transforms import decode_example
+from pipelines.encoders_config import make_encoders
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory):
+    root = tmp_path_factory.mktemp("media")
+    config = make_demo_media(str(root), rows=18)
+    return str(root), config
+
+
+def _cfg(config_path, out, version, **extra):
+    overrides = [("output.dir", str(out)), ("output.version", version)] + list(extra.items())
+    return load_config(config_path, overrides)
+
+
+def _shard_bytes(version_dir):
+    out = {}
+    for path in sorted(glob.glob(os.path.join(version_dir, "*", "*.tfrecord-*"))):
+        with open(path, "rb") as f:
+            out[os.path.relpath(path, version_dir)] = f.read()
+    return out
+
+
+def test_build_from_manifest_writes_splits_indexes_info_and_latest(media, tmp_path):
+    root, config = media
+    cfg = _cfg(config, tmp_path / "out", "v1")
+    summary = run_build(cfg, options(), progress=False)
+    version_dir = str(tmp_path / "out" / "v1")
+    assert dataset_dir.read_latest(str(tmp_path / "out")) == "v1"
+    info = dataset_dir.load_info(version_dir)
+    # 18 good rows + 1 deliberately truncated JPEG
+    assert info["rows_in"] == 19 and info["records"] == 18 and info["rejected"] == 1
+    assert summary.written + summary.rejected == summary.rows_in
+    assert set(info["splits"]) <= {"train", "validation", "test"}
+    total = 0
+    encoders = make_encoders(cfg["columns"])
+    for split, entry in info["splits"].items():
+        assert entry["num_shards"] == 2 and len(entry["shards"]) == 2
+        for shard in entry["shards"]:
+            path = os.path.join(version_dir, shard["path"])
+            assert os.path.basename(path).startswith(f"demo-{split}.tfrecord-0000")
+            assert shard["sha256"] == dataset_dir.sha256_file(path)
+            index = tfrecord_io.load_index(os.path.join(version_dir, shard["index"]))
+            assert index.matches(os.path.getsize(path)) and len(index) == shard["records"]
+            for record in tfrecord_io.tfrecord_iterator(path):
+                decoded = decode_example(record, encoders)
+                assert decoded["image"].shape == (64, 64, 3)
+                assert decoded["label"] in (0, 1, 2)
+                assert decoded["audio"].sample_rate == 16000
+                total += 1
+    assert total == 18
+    rejected = [json.loads(line) for line in open(os.path.join(version_dir, "rejected-00000-of-00001.jsonl"))]
+    assert len(rejected) == 1
+    assert rejected[0]["column"] == "image" and rejected[0]["stage"] == "decode"
+    assert "broken.jpg" in rejected[0]["reason"] and rejected[0]["row"]["id"] == "demo-broken"
+
+
+def test_build_from_directory_layout(tmp_path):
+    from PIL import Image
+
+    for label, color in (("cat", (200, 10, 10)), ("dog", (10, 200, 10))):
+        os.makedirs(tmp_path / "tree" / label)
+        for i in range(3):
+            Image.new("RGB", (8 + i, 6), color).save(tmp_path / "tree" / label / f"{i}.png")
+    config = tmp_path / "dir.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "pets",
+        "input": {"directory": "tree"},
+        "columns": {"image": {"encoder": "image", "column": "path"},
+                    "label": {"encoder": "label", "vocabulary": ["cat", "dog"]}},
+        "sharding": {"num_shards": 1},
+        "output": {"dir": "out", "version": "v1"},
+    }))
+    summary = run_build(load_config(str(config)), options(), progress=False)
+    assert (summary.rows_in, summary.written, summary.rejected) == (6, 6, 0)
+    path = os.path.join(summary.version_dir, "train", "pets-train.tfrecord-00000-of-00001")
+    enc = {"image": make_encoders({"image": {"encoder": "image"}})["image"],
+           "label": make_encoders({"label": {"encoder": "label", "vocabulary": ["cat", "dog"]}})["label"]}
+    got = sorted((decode_example(r, enc)["label"], decode_example(r, enc)["image"].shape) for r in tfrecord_io.tfrecord_iterator(path))
+    assert got == [(0, (6, 8, 3)), (0, (6, 9, 3)), (0, (6, 10, 3)), (1, (6, 8, 3)), (1, (6, 9, 3)), (1, (6, 10, 3))]
+
+
+def test_rerun_is_byte_identical_across_worker_counts(media, tmp_path):
+    root, config = media
+    run_build(_cfg(config, tmp_path / "a", "v1"), options(IN_PROCESS), progress=False)
+    run_build(_cfg(config, tmp_path / "b", "v1"), options(TWO_WORKERS), progress=False)
+    first = _shard_bytes(str(tmp_path / "a" / "v1"))
+    second = _shard_bytes(str(tmp_path / "b" / "v1"))
+    assert first and first == second
+
+
+def test_different_seed_changes_order_but_not_content(media, tmp_path):
+    root, config = media
+    run_build(_cfg(config, tmp_path / "a", "v1"), options(), progress=False)
+    run_build(load_config(config, [("output.dir", str(tmp_path / "b")), ("output.version", "v1"), ("seed", 7)]), options(), progress=False)
+    a = [bytes(r) for p in sorted(glob.glob(str(tmp_path / "a/v1/*/*tfrecord-*[0-9]"))) for r in tfrecord_io.tfrecord_iterator(p)]
+    b = [bytes(r) for p in sorted(glob.glob(str(tmp_path / "b/v1/*/*tfrecord-*[0-9]"))) for r in tfrecord_io.tfrecord_iterator(p)]
+    assert sorted(a) == sorted(b) and a != b
+
+
+def test_failed_build_leaves_previous_version_current(media, tmp_path, monkeypatch):
+    root, config = media
+    out = tmp_path / "out"
+    run_build(_cfg(config, out, "v1"), options(), progress=False)
+    import pipelines.build as build_module
+
+    calls = {"n": 0}
+
+    class FailingWriter(build_module.RecordWriter):
+        def close(self):
+            calls["n"] += 1
+            if calls["n"] == 2:  # the second shard dies while being written
+                raise OSError("injected failure: disk full")
+            super().close()
+
+    monkeypatch.setattr(build_module, "RecordWriter", FailingWriter)
+    with pytest.raises(Exception, match="injected failure"):
+        run_build(_cfg(config, out, "v2"), options(), progress=False)
+    assert dataset_dir.read_latest(str(out)) == "v1"
+    assert not os.path.exists(out / "v2" / "dataset_info.json")
+    assert os.path.exists(out / "v1" / "dataset_info.json")
+
+
+def test_killed_build_leaves_previous_version_current(media, tmp_path):
+    import subprocess
+    import signal
+    import sys
+    import time
+
+    root, config = media
+    out = tmp_path / "out"
+    run_build(_cfg(config, out, "v1"), options(), progress=False)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipelines", "build", config, "--output", str(out), "--version", "v2", "--no-progress", *TWO_WORKERS],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not os.path.exists(out / "v2") and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the build finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert dataset_dir.read_latest(str(out)) == "v1"
+    assert not os.path.exists(out / "v2" / "dataset_info.json")
+
+
+def test_target_shard_size_derives_shard_count(media, tmp_path):
+    root, config = media
+    cfg = load_config(config, [("output.dir", str(tmp_path / "o")), ("output.version", "v1"),
+                               ("sharding", {"target_shard_bytes": "100KB"})])
+    summary = run_build(cfg, options(), progress=False)
+    by_split = {}
+    for s in summary.shards:
+        by_split.setdefault(s["split"], []).append(s)
+    for split, shards in by_split.items():
+        payload = sum(s["bytes"] - 16 * s["records"] for s in shards)  # shard count comes from Example bytes
+        assert len(shards) == max(1, -(-payload // 100_000))
+    assert sum(len(v) for v in by_split.values()) > 3

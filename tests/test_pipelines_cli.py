@@ -1,0 +1,291 @@
+"""The tfrecord-io CLI: help, bad input, validate / index / inspect / reshard end to end."""
+
+from __future__ import annotations
+
+import collections
+import glob
+import json
+import os
+
+import pytest
+import yaml
+
+import tfrecord_io
+from pipelines import dataset_dir
+from pipelines.build import run_build
+from pipelines.config import ConfigError, load_config
+from pipelines.demo_data import make_demo_media
+from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, options, run_cli
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("built")
+    config = make_demo_media(str(root), rows=12)
+    cfg = load_config(config, [("output.dir", str(root / "out")), ("output.version", "v1")])
+    run_build(cfg, options(), progress=False)
+    return str(root), config, str(root / "out")
+
+
+@pytest.mark.parametrize("command", ["build", "validate", "index", "inspect", "reshard"])
+def test_every_command_has_help(command):
+    proc = run_cli(command, "--help", check=True)
+    assert "usage: tfrecord-io " + command in proc.stdout
+    assert "Beam pipeline options" in proc.stdout
+
+
+def test_top_level_help_lists_commands():
+    out = run_cli("--help", check=True).stdout
+    for command in ("build", "validate", "index", "inspect", "reshard"):
+        assert command in out
+
+
+def _write_config(tmp_path, **changes):
+    raw = {
+        "name": "t",
+        "input": {"manifest": "m.csv"},
+        "columns": {"caption": {"encoder": "text"}, "label": {"encoder": "int"}},
+        "output": {"dir": "out"},
+    }
+    for key, value in changes.items():
+        raw[key] = value
+    (tmp_path / "m.csv").write_text("caption,label\nhello,1\nwelt,2\n")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def test_unknown_encoder_names_the_field(tmp_path):
+    config = _write_config(tmp_path, columns={"caption": {"encoder": "txt"}})
+    proc = run_cli("build", config, *IN_PROCESS)
+    assert proc.returncode == 2
+    assert "columns.caption.encoder: unknown encoder 'txt'" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_encoder_parameter_names_the_field(tmp_path):
+    config = _write_config(tmp_path, columns={"caption": {"encoder": "text", "normalise": "NFC"}})
+    with pytest.raises(ConfigError, match=r"columns.caption: unknown parameter\(s\) normalise"):
+        from pipelines.encoders_config import make_encoders
+
+        make_encoders(load_config(config)["columns"])
+
+
+def test_missing_manifest_column_fails_before_writing(tmp_path):
+    config = _write_config(tmp_path, columns={"caption": {"encoder": "text"}, "image": {"encoder": "image"}})
+    proc = run_cli("build", config, *IN_PROCESS)
+    assert proc.returncode == 2
+    assert "column(s) image not found" in proc.stderr and "caption, label" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_empty_manifest_fails_before_writing(tmp_path):
+    config = _write_config(tmp_path)
+    (tmp_path / "m.csv").write_text("caption,label\n")
+    proc = run_cli("build", config, *IN_PROCESS)
+    assert proc.returncode == 2 and "has no rows" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_manifest_file(tmp_path):
+    config = _write_config(tmp_path, input={"manifest": "nope.csv"})
+    proc = run_cli("build", config, *IN_PROCESS)
+    assert proc.returncode == 2 and "nope.csv does not exist" in proc.stderr
+
+
+def test_config_type_errors_name_each_field(tmp_path):
+    config = _write_config(tmp_path, seed="abc", sharding={"num_shards": 0}, splits={"train": -1})
+    with pytest.raises(ConfigError) as err:
+        load_config(config)
+    text = str(err.value)
+    assert "seed: expected an integer, got 'abc'" in text
+    assert "sharding.num_shards: must be >= 1, got 0" in text
+    assert "splits.train: expected a non-negative number, got -1" in text
+
+
+def test_nonexistent_media_path_is_a_rejected_row(tmp_path):
+    (tmp_path / "m.csv").write_text("image,label\nmissing.png,1\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "t", "input": {"manifest": "m.csv"},
+        "columns": {"image": {"encoder": "image"}, "label": {"encoder": "int"}},
+        "output": {"dir": "out", "version": "v1"}, "sharding": {"num_shards": 1},
+    }))
+    proc = run_cli("build", str(config), "--no-progress", *IN_PROCESS, check=True)
+    assert "rows in: 1   written: 0   rejected: 1" in proc.stdout
+    line = json.loads(open(tmp_path / "out" / "v1" / "rejected-00000-of-00001.jsonl").read())
+    assert line["stage"] == "read" and "missing.png" in line["reason"]
+
+
+def test_output_holding_a_different_dataset_is_refused(built, tmp_path):
+    root, config, out = built
+    other = _write_config(tmp_path, output={"dir": out})
+    proc = run_cli("build", other, *IN_PROCESS)
+    assert proc.returncode == 2
+    assert "holds dataset 'demo', not 't'" in proc.stderr
+    assert sorted(os.listdir(out)) == ["LATEST", "v1"]
+
+
+def test_validate_passes_then_fails_naming_file_and_offset(built, tmp_path):
+    root, config, out = built
+    report_path = tmp_path / "report.json"
+    proc = run_cli("validate", out, "--report", str(report_path), "--no-progress", *IN_PROCESS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(report_path.read_text())
+    assert report["ok"] and report["records"] == 12 and report["checksums_checked"]
+    # flip one byte inside the data of the second record of the largest shard
+    info = dataset_dir.load_info(os.path.join(out, "v1"))
+    shard = max((s for e in info["splits"].values() for s in e["shards"]), key=lambda s: s["records"])
+    path = os.path.join(out, "v1", shard["path"])
+    index = tfrecord_io.load_index(os.path.join(out, "v1", shard["index"]))
+    target = int(index.offsets[1]) + 40
+    copy = tmp_path / "copy"
+    import shutil
+
+    shutil.copytree(out, copy)
+    path = os.path.join(copy, "v1", shard["path"])
+    data = bytearray(open(path, "rb").read())
+    data[target] ^= 0x01
+    open(path, "wb").write(bytes(data))
+    proc = run_cli("validate", str(copy), "--report", str(report_path), "--no-progress", *IN_PROCESS)
+    assert proc.returncode == 1
+    assert f"{path} at byte offset {int(index.offsets[1])}" in proc.stdout
+    kinds = {p["kind"] for p in json.loads(report_path.read_text())["problems"]}
+    assert {"corrupt", "checksum", "count"} <= kinds
+
+
+def test_validate_plain_files_reports_truncation(tmp_path):
+    path = str(tmp_path / "x.tfrecord")
+    with tfrecord_io.TFRecordWriter(path) as w:
+        for i in range(5):
+            w.write({"i": i})
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(size - 3)
+    proc = run_cli("validate", path, "--no-progress", *IN_PROCESS)
+    assert proc.returncode == 1
+    assert "truncated" in proc.stdout and path in proc.stdout
+
+
+def test_index_command_creates_rebuilds_and_reports_corrupt(tmp_path):
+    paths = []
+    for n in range(3):
+        p = str(tmp_path / f"f{n}.tfrecord")
+        with tfrecord_io.TFRecordWriter(p) as w:
+            for i in range(20 + n):
+                w.write({"i": i})
+        paths.append(p)
+    proc = run_cli("index", str(tmp_path), "--no-progress", *TWO_WORKERS, check=True)
+    assert "3 created" in proc.stdout
+    for p in paths:
+        assert tfrecord_io.load_index(p + ".index").matches(os.path.getsize(p))
+    # append a record: the index is stale; corrupt another file
+    with open(paths[0], "ab") as f:
+        f.write(tfrecord_io.encode_frame(b"more"))
+    data = bytearray(open(paths[1], "rb").read())
+    data[30] ^= 0xFF
+    open(paths[1], "wb").write(bytes(data))
+    os.remove(paths[1] + ".index")
+    proc = run_cli("index", str(tmp_path / "*.tfrecord"), "--no-progress", *IN_PROCESS)
+    assert proc.returncode == 1
+    assert "1 corrupt" in proc.stdout and "1 rebuilt" in proc.stdout and "1 ok" in proc.stdout
+    assert paths[1] in proc.stderr and "byte offset" in proc.stderr
+    assert not os.path.exists(paths[1] + ".index")
+    assert len(tfrecord_io.load_index(paths[0] + ".index")) == 21
+
+
+def test_inspect_shows_counts_spec_and_readable_records(built):
+    root, config, out = built
+    proc = run_cli("inspect", out, "--head", "2", "--no-progress", *IN_PROCESS, check=True)
+    assert "6 files, 12 records" in proc.stdout
+    assert "<PNG image 64x64 RGB" in proc.stdout
+    assert "image/encoded" in proc.stdout and '"label": "int"' in proc.stdout
+    result = json.loads(run_cli("inspect", out, "--json", "--no-progress", *IN_PROCESS, check=True).stdout)
+    assert result["records"] == 12
+    assert result["inferred_spec"]["image/height"] == {"type": "int", "shape": [], "required": True}
+
+
+def test_reshard_preserves_multiset_and_filters(built, tmp_path):
+    root, config, out = built
+    version = os.path.join(out, "v1")
+    before = collections.Counter(
+        bytes(r) for p in glob.glob(os.path.join(version, "*", "*.tfrecord-*[0-9]")) for r in tfrecord_io.tfrecord_iterator(p)
+    )
+    proc = run_cli("reshard", out, "--output", str(tmp_path / "r" / "data"), "--num-shards", "3", "--no-progress", *TWO_WORKERS, check=True)
+    assert "into 3 shards, 12 records" in proc.stdout
+    shards = sorted(glob.glob(str(tmp_path / "r" / "data-*-of-00003.tfrecord")))
+    assert len(shards) == 3
+    after = collections.Counter(bytes(r) for p in shards for r in tfrecord_io.tfrecord_iterator(p, p + ".index"))
+    assert after == before
+    proc = run_cli("reshard", out, "--output", str(tmp_path / "g" / "zero"), "--where", "label=0", "--compression", "gzip",
+                   "--num-shards", "1", "--no-progress", *IN_PROCESS, check=True)
+    (gz,) = glob.glob(str(tmp_path / "g" / "zero-*.tfrecord.gz"))
+    labels = [int(tfrecord_io.parse_example(r, {"label": "int"})["label"][0]) for r in tfrecord_io.tfrecord_iterator(gz)]
+    expected = sum(n for r, n in before.items() if tfrecord_io.parse_example(r, {"label": "int"})["label"][0] == 0)
+    assert labels == [0] * expected and expected > 0
+
+
+def test_shipped_configs_are_valid():
+    import glob as _glob
+
+    from pipelines.config import validate_config
+    from pipelines.encoders_config import make_encoders
+    from pipelines.options import beam_args
+    from tests.pipeline_support import REPO
+
+    datasets = sorted(_glob.glob(os.path.join(REPO, "configs", "datasets", "*.yaml")))
+    assert len(datasets) >= 3
+    for path in datasets:
+        raw = yaml.safe_load(open(path))
+        cfg = validate_config(raw, os.path.dirname(path))
+        columns = {k: dict(v, vocabulary=["a", "b"]) if v.get("vocabulary") == "auto" else v for k, v in cfg["columns"].items()}
+        assert make_encoders(columns)
+    runners = sorted(_glob.glob(os.path.join(REPO, "configs", "*.yaml")))
+    assert any(p.endswith("local.yaml") for p in runners)
+    for path in runners:
+        section = yaml.safe_load(open(path))["runner"]
+        flags = beam_args(section, [])
+        assert any(f.startswith("--runner=") for f in flags), path
+
+
+def test_dockerfile_is_well_formed_and_matches_the_beam_pin():
+    import re
+
+    import dockerfile
+
+    from tests.pipeline_support import REPO
+
+    commands = dockerfile.parse_file(os.path.join(REPO, "Dockerfile"))
+    by_cmd = {}
+    for c in commands:
+        by_cmd.setdefault(c.cmd, []).append(c)
+    (base,) = by_cmd["FROM"]
+    setup = open(os.path.join(REPO, "setup.py")).read()
+    pin = re.search(r'"apache-beam==([0-9.]+)"', setup).group(1)
+    assert base.value[0] == f"apache/beam_python3.11_sdk:{pin}"
+    for copy in by_cmd["COPY"]:
+        for src in copy.value[:-1]:
+            assert os.path.exists(os.path.join(REPO, src)), f"COPY source {src} does not exist"
+    assert by_cmd["ENTRYPOINT"][0].value == ("/opt/apache/beam/boot",)
+    assert any("pip install" in " ".join(r.value) for r in by_cmd["RUN"])
+
+
+def test_scheduled_build_entry_takes_flags(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.pipeline_support import REPO
+
+    (tmp_path / "m.csv").write_text("caption,label\nhello,1\nwelt,2\n")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({
+        "name": "t", "input": {"manifest": "m.csv"}, "sharding": {"num_shards": 1},
+        "columns": {"caption": {"encoder": "text"}, "label": {"encoder": "int"}}, "output": {"dir": "out"},
+    }))
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "pipelines", "scheduled_build.py"), f"--config={tmp_path / 'c.yaml'}",
+         "--version=20261130T020000", *IN_PROCESS],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert dataset_dir.read_latest(str(tmp_path / "out")) == "20261130T020000"
+    assert "written: 2" in proc.stdout

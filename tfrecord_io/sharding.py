@@ -1,0 +1,204 @@
+"""Cutting a set of TFRecord files into ``n`` disjoint shards that together hold every
+record exactly once, for readers that run as many parallel copies (DataLoader workers
+times distributed ranks, or any other pool).
+
+The files are laid end to end in the order given, as one virtual file, and that is cut
+into ``n`` contiguous parts, so each shard opens only about ``files / n + 1`` files and
+the parts are balanced however the records are spread over files:
+
+- every plain file has an index: the cut is by **record count** (shard sizes differ by at
+  most one record, and the records of the shards ``[r*k, (r+1)*k)`` are exactly the
+  records of part ``r`` of a cut into ``n/k`` parts, whatever ``k`` is);
+- otherwise the cut is by **bytes**, and a record belongs to the part in which it
+  *begins* (``reader.read_records`` finds the first boundary of a part by its index or by
+  resynchronisation);
+- compressed files cannot be cut: with at least as many compressed files as shards,
+  file ``j`` goes whole to shard ``j % n``; with fewer, the shards ``s`` with
+  ``s % files == j`` all read file ``j`` and each keeps every ``m``-th record
+  (``m`` = how many shards share it), which costs each of them a full decompression.
+
+Nothing here imports torch or Beam.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import files
+from .errors import IndexFileError
+from .index import RecordIndex, find_index, load_index
+from .random_access import read_indexed
+from .reader import read_records
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """What the planner needs to know about one file."""
+
+    path: str
+    compression: str  # "" (plain), "gzip" or "zlib"
+    size: int  # bytes as stored
+    index: Optional[RecordIndex] = None
+
+    @property
+    def count(self) -> Optional[int]:
+        """Records in the file, when an index says (plain files only)."""
+        return None if self.index is None else len(self.index)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One contiguous read a shard makes: the records of ``path`` that begin in
+    ``[start, end)`` (``end=None``: to the end), of which it keeps those whose running
+    number ``k`` (from 0, counted over the piece) has ``k % every[1] == every[0]``."""
+
+    path: str
+    compression: str = ""
+    start: int = 0
+    end: Optional[int] = None
+    index: Optional[RecordIndex] = None
+    every: Tuple[int, int] = (0, 1)
+
+
+def describe_file(
+    path: str, index_path: Optional[str] = None, compression_type: Optional[str] = None
+) -> FileInfo:
+    """Stat ``path`` and load its index (``index_path="auto"``: the one beside it, if any).
+
+    A stale index (one that does not tile the file) is an ``IndexFileError``, since
+    splitting by it would lose or repeat records; so is an index for a compressed file.
+    """
+    kind = files.normalize_compression(compression_type, path)
+    size = files.file_size(path)
+    if index_path == "auto":
+        index_path = None if kind else find_index(path)
+    index = None
+    if index_path:
+        if kind:
+            raise IndexFileError(
+                f"an index cannot describe a {kind.upper()} file (offsets in a compressed stream "
+                f"cannot be seeked to); pass index_path=None for it",
+                path,
+            )
+        index = load_index(index_path)
+        if not index.matches(size):
+            raise IndexFileError(
+                f"index {index_path} does not describe this file (stale or for another file: it "
+                f"covers {index.data_size} bytes in {len(index)} records, the file has {size}); rebuild it",
+                path,
+            )
+    elif size == 0 and not kind:  # an empty plain file needs no index file to be counted
+        index = RecordIndex(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    return FileInfo(path, kind, size, index)
+
+
+def describe_files(
+    paths: Sequence[str],
+    index_paths: Optional[Sequence[Optional[str]]] = None,
+    compression_type: Optional[str] = None,
+) -> List[FileInfo]:
+    """``describe_file`` for each path; ``index_paths`` is parallel to ``paths``."""
+    if index_paths is None:
+        index_paths = [None] * len(paths)
+    if len(index_paths) != len(paths):
+        raise ValueError(f"{len(paths)} data files but {len(index_paths)} index paths")
+    return [describe_file(p, i, compression_type) for p, i in zip(paths, index_paths)]
+
+
+def _cut(total: int, shard: int, num_shards: int) -> Tuple[int, int]:
+    return total * shard // num_shards, total * (shard + 1) // num_shards
+
+
+def _check_shard(shard: int, num_shards: int) -> None:
+    if num_shards < 1 or not (0 <= shard < num_shards):
+        raise ValueError(f"shard {shard} is not in [0, {num_shards})")
+
+
+def _plain_pieces(plain: Sequence[FileInfo], shard: int, num_shards: int) -> List[Piece]:
+    pieces: List[Piece] = []
+    by_count = all(f.index is not None for f in plain)
+    total = sum((f.count or 0) if by_count else f.size for f in plain)
+    lo, hi = _cut(total, shard, num_shards)
+    before = 0
+    for f in plain:
+        extent = (f.count or 0) if by_count else f.size
+        a, b = max(lo - before, 0), min(hi - before, extent)
+        before += extent
+        if a >= b:
+            continue
+        if by_count:
+            idx = f.index
+            assert idx is not None
+            start = int(idx.offsets[a])
+            end = int(idx.offsets[b]) if b < extent else None
+        else:
+            start, end = a, (b if b < extent else None)
+        pieces.append(Piece(f.path, "", start, end, f.index))
+    return pieces
+
+
+def _compressed_pieces(packed: Sequence[FileInfo], shard: int, num_shards: int) -> List[Piece]:
+    count = len(packed)
+    if count == 0:
+        return []
+    if count >= num_shards:
+        return [Piece(f.path, f.compression) for j, f in enumerate(packed) if j % num_shards == shard]
+    j = shard % count
+    sharers = len(range(j, num_shards, count))
+    return [Piece(packed[j].path, packed[j].compression, every=(shard // count, sharers))]
+
+
+def plan_shard(infos: Sequence[FileInfo], shard: int, num_shards: int) -> List[Piece]:
+    """The pieces shard ``shard`` of ``num_shards`` reads, in file order (see module doc)."""
+    _check_shard(shard, num_shards)
+    plain = [f for f in infos if not f.compression and f.size > 0]
+    packed = [f for f in infos if f.compression]
+    pieces = _plain_pieces(plain, shard, num_shards) + _compressed_pieces(packed, shard, num_shards)
+    order = {f.path: k for k, f in enumerate(infos)}
+    pieces.sort(key=lambda p: order[p.path])
+    return pieces
+
+
+def shard_count(infos: Sequence[FileInfo], shard: int, num_shards: int) -> Optional[int]:
+    """Records shard ``shard`` of ``num_shards`` reads, when indexes tell (every file
+    plain and indexed), else None. Equals the sum over the pieces of ``plan_shard``."""
+    _check_shard(shard, num_shards)
+    if any(f.compression or f.index is None for f in infos):
+        return None
+    lo, hi = _cut(sum(f.count or 0 for f in infos), shard, num_shards)
+    return hi - lo
+
+
+def read_piece(piece: Piece, check_crc: bool = True) -> Iterator[Tuple[int, memoryview]]:
+    """Yield ``(offset, data)`` for each record of ``piece`` (CRCs checked by default;
+    a bad record raises ``CorruptRecordError``/``TruncatedRecordError`` with path and offset).
+
+    With an index, whole frames are read in blocks (``random_access.read_indexed``);
+    without, the stream is scanned (``reader.read_records``)."""
+    if piece.index is not None and not piece.compression:
+        idx = piece.index
+        first = idx.first_at_or_after(piece.start)
+        last = len(idx) if piece.end is None else idx.first_at_or_after(piece.end)
+        records: Iterator[Tuple[int, memoryview]] = read_indexed(piece.path, idx, first, last, check_crc)
+    else:
+        records = read_records(  # type: ignore[assignment]
+            piece.path,
+            piece.start,
+            piece.end,
+            compression_type=piece.compression,
+            check_crc=check_crc,
+            index=piece.index,
+        )
+    k, m = piece.every
+    if m == 1:
+        yield from records  # type: ignore[misc]
+        return
+    for n, record in enumerate(records):
+        if n % m == k:
+            yield record  # type: ignore[misc]
+
+
+__all__ = ["FileInfo", "Piece", "describe_file", "describe_files", "plan_shard", "read_piece", "shard_count"]

@@ -1,0 +1,28 @@
+"""PyTorch datasets over TFRecord files (install with the ``[torch]`` extra).
+
+Drop-in for the ``tfrecord`` package's ``tfrecord.torch``: ``TFRecordDataset`` and
+``MultiTFRecordDataset`` take the same arguments, and here read every record exactly
+once per epoch across DataLoader workers and distributed ranks, with or without an
+index; ``TFRecordIndexedDataset`` gives map-style random access for ``Sampler``s.
+``pad_collate``/``PadCollate`` and ``PadTo`` batch variable-length features.
+
+This is the only part of ``tfrecord_io`` that imports torch.
+"""
+
+from .collate import PadCollate, PadTo, pad_collate, pad_stack
+from .context import ReadContext, current_context, distributed_rank
+from .dataset import MultiTFRecordDataset, RecordDecoder, TFRecordDataset, TFRecordIndexedDataset
+
+__all__ = [
+    "MultiTFRecordDataset",
+    "PadCollate",
+    "PadTo",
+    "ReadContext",
+    "RecordDecoder",
+    "TFRecordDataset",
+    "TFRecordIndexedDataset",
+    "current_context",
+    "distributed_rank",
+    "pad_collate",
+    "pad_stack",
+]

@@ -1,0 +1,172 @@
+"""Audio with soundfile (WAV, FLAC, OGG/Vorbis, ... whatever libsndfile reads) and
+librosa for resampling.
+
+Keys written (``<p>`` is the column name or ``key=``):
+
+====================  =====  =======================================================
+``<p>/encoded``       bytes  float32 little-endian samples, frames x channels
+                             interleaved (``storage="bytes"``, the default), or
+``<p>/samples``       float  the same samples as a float list (``storage="floats"``)
+``<p>/sample_rate``   int    samples per second per channel
+``<p>/channels``      int    channel count (1 after ``mono=True``)
+``<p>/num_samples``   int    frames (samples per channel)
+``<p>/format``        bytes  the source container (``WAV``, ``FLAC``, ``OGG`` ...)
+``<p>/dtype``         bytes  ``float32``
+====================  =====  =======================================================
+
+Decoding gives :class:`AudioData` ``(samples, sample_rate)`` with ``samples`` a float32
+array of shape ``(num_samples, channels)``, the layout ``tf.audio.decode_wav`` uses.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any, List, Mapping, NamedTuple, Optional
+
+import numpy as np
+
+from ..errors import EncodeError
+from ..media import describe, load_media
+from ..spec import FeatureSpec
+from .base import Encoder, Features, scalar
+
+
+class AudioData(NamedTuple):
+    """Decoded audio: float32 ``samples`` of shape ``(num_samples, channels)`` and the rate."""
+
+    samples: np.ndarray
+    sample_rate: int
+
+
+def read_audio(data: bytes, where: str = ""):
+    """``(samples (n, channels) float32, sample_rate, format)`` from an audio file's bytes."""
+    try:
+        import soundfile as sf
+    except ImportError as err:  # pragma: no cover - in the [media] extra
+        raise ImportError("the Audio encoder needs soundfile: pip install 'tfrecord-io[media]'") from err
+    try:
+        with sf.SoundFile(io.BytesIO(data)) as f:
+            fmt = f.format
+            rate = f.samplerate
+            samples = f.read(dtype="float32", always_2d=True)
+    except Exception as err:  # noqa: BLE001 - libsndfile errors: unreadable audio
+        raise EncodeError("decode", f"{where}unreadable audio ({type(err).__name__}: {err})") from None
+    if samples.shape[0] == 0:
+        raise EncodeError("decode", f"{where}{fmt} file has no samples")
+    if not np.isfinite(samples).all():
+        raise EncodeError("decode", f"{where}{fmt} file has NaN or infinite samples")
+    return samples, int(rate), fmt
+
+
+def resample(samples: np.ndarray, rate: int, target: int, res_type: str) -> np.ndarray:
+    """``(n, channels)`` float32 at ``rate`` -> the same at ``target`` (librosa)."""
+    import librosa
+
+    out = librosa.resample(np.ascontiguousarray(samples.T), orig_sr=rate, target_sr=target, res_type=res_type, axis=-1)
+    return np.ascontiguousarray(out.T, dtype=np.float32)
+
+
+class Audio(Encoder):
+    """Encode an audio column (a path or the file's bytes) as float32 samples.
+
+    Args:
+        sample_rate: resample to this rate (librosa, ``res_type``); None keeps the file's.
+        mono: average the channels into one.
+        storage: ``"bytes"`` (compact, one bytes feature) or ``"floats"`` (a float list
+            that ``tf.io.parse_single_example`` returns as numbers directly).
+        max_seconds: reject longer audio (after resampling) rather than write it.
+        res_type: librosa's resampler (``soxr_hq`` by default).
+    """
+
+    def __init__(
+        self,
+        sample_rate: Optional[int] = None,
+        mono: bool = False,
+        storage: str = "bytes",
+        max_seconds: Optional[float] = None,
+        res_type: str = "soxr_hq",
+        max_bytes: Optional[int] = None,
+        *,
+        optional: bool = False,
+        key: Optional[str] = None,
+    ):
+        super().__init__(optional=optional, key=key)
+        if storage not in ("bytes", "floats"):
+            raise ValueError("storage must be 'bytes' or 'floats'")
+        if sample_rate is not None and int(sample_rate) <= 0:
+            raise ValueError("sample_rate must be positive")
+        self.sample_rate = None if sample_rate is None else int(sample_rate)
+        self.mono = mono
+        self.storage = storage
+        self.max_seconds = max_seconds
+        self.res_type = res_type
+        self.max_bytes = max_bytes
+
+    def load(self, value: Any):
+        """``(samples (n, channels) float32, rate, format)`` after downmix and resampling."""
+        data, path = load_media(value, self.max_bytes)
+        where = describe(path)
+        samples, rate, fmt = read_audio(data, where)
+        try:
+            if self.mono and samples.shape[1] > 1:
+                samples = samples.mean(axis=1, keepdims=True, dtype=np.float32)
+            if self.sample_rate is not None and rate != self.sample_rate:
+                samples = resample(samples, rate, self.sample_rate, self.res_type)
+                rate = self.sample_rate
+        except Exception as err:  # noqa: BLE001
+            raise EncodeError("transform", f"{where}{type(err).__name__}: {err}") from None
+        if self.max_seconds is not None and samples.shape[0] > self.max_seconds * rate:
+            raise EncodeError("transform", f"{where}{samples.shape[0] / rate:.2f} s is longer than the {self.max_seconds} s limit")
+        return samples, rate, fmt
+
+    def encode(self, value: Any, column: str) -> Features:
+        samples, rate, fmt = self.load(value)
+        p = self.prefix(column)
+        flat = np.ascontiguousarray(samples, dtype="<f4")
+        out: Features = {}
+        if self.storage == "bytes":
+            out[f"{p}/encoded"] = (flat.tobytes(), "bytes")
+        else:
+            out[f"{p}/samples"] = (flat.reshape(-1), "float")
+        out.update({
+            f"{p}/sample_rate": (rate, "int"),
+            f"{p}/channels": (int(samples.shape[1]), "int"),
+            f"{p}/num_samples": (int(samples.shape[0]), "int"),
+            f"{p}/format": (fmt, "bytes"),
+            f"{p}/dtype": ("float32", "bytes"),
+        })
+        return out
+
+    def feature_specs(self, column: str) -> List[FeatureSpec]:
+        p = self.prefix(column)
+        req = not self.optional
+        if self.storage == "bytes":
+            data = FeatureSpec(f"{p}/encoded", "bytes", (), req, "float32", doc="float32 LE samples, frames x channels")
+        else:
+            data = FeatureSpec(f"{p}/samples", "float", None, req, "float32", doc="samples, frames x channels")
+        return [
+            data,
+            FeatureSpec(f"{p}/sample_rate", "int", (), req, "int64"),
+            FeatureSpec(f"{p}/channels", "int", (), req, "int64"),
+            FeatureSpec(f"{p}/num_samples", "int", (), req, "int64"),
+            FeatureSpec(f"{p}/format", "bytes", (), req, "str"),
+            FeatureSpec(f"{p}/dtype", "bytes", (), req, "str"),
+        ]
+
+    def decode(self, features: Mapping[str, Any], column: str) -> AudioData:
+        p = self.prefix(column)
+        channels = int(scalar(features, f"{p}/channels"))
+        n = int(scalar(features, f"{p}/num_samples"))
+        if f"{p}/encoded" in features:
+            raw = scalar(features, f"{p}/encoded")
+            if len(raw) != n * channels * 4:
+                raise EncodeError("decode", f"audio has {len(raw)} bytes, {n} x {channels} float32 needs {n * channels * 4}")
+            samples = np.frombuffer(raw, dtype="<f4").astype(np.float32, copy=False)
+        else:
+            samples = np.asarray(features[f"{p}/samples"], dtype=np.float32)
+            if samples.size != n * channels:
+                raise EncodeError("decode", f"audio has {samples.size} samples, {n} x {channels} expected")
+        return AudioData(samples.reshape(n, channels), int(scalar(features, f"{p}/sample_rate")))
+
+
+__all__ = ["Audio", "AudioData", "read_audio", "resample"]
