@@ -21,6 +21,10 @@ import time
 from typing import Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The DirectRunner's worker processes import our modules by name: give them the checkout.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+)
 
 import yaml  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
