@@ -62,17 +62,19 @@ def add_runner_binaries(flags: Sequence[str]) -> List[str]:
     """
     flags = list(flags)
     runner = ""
-    for flag in flags:
+    for i, flag in enumerate(flags):  # the last --runner wins, as in Beam's parser
         if flag.startswith("--runner="):
             runner = flag.split("=", 1)[1]
-    key = runner.lower()
+        elif flag == "--runner" and i + 1 < len(flags):
+            runner = flags[i + 1]
+    key = runner.rsplit(".", 1)[-1].lower()  # also apache_beam....flink_runner.FlinkRunner
     if key not in _CACHED:
         return flags
     option = _CACHED[key][0]
     given = {f.split("=", 1)[0] for f in flags if f.startswith("--")}
     if f"--{option}" in given or "--job_endpoint" in given:
         return flags
-    return flags + [f"--{option}={cached_path(runner)}"]
+    return flags + [f"--{option}={cached_path(runner.rsplit('.', 1)[-1])}"]
 
 
 def with_runner_binaries(runner_cfg: Optional[Mapping[str, Any]]) -> Dict[str, Any]:

@@ -26,7 +26,7 @@ from apache_beam.options.pipeline_options import (
 
 from pipelines.config import SCHEMA, _check
 from pipelines.options import beam_args
-from pipelines.runners import FLINK_JAR, PRISM_BIN, SPARK_JAR, RunnerSetupError, cache_dir
+from pipelines.runners import FLINK_JAR, PRISM_BIN, SPARK_JAR, RunnerSetupError, add_runner_binaries, cache_dir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -85,6 +85,13 @@ def test_a_runner_named_on_the_command_line_gets_its_binary_too(cache):
     flags = beam_args(None, ["--runner=PrismRunner"])
     assert f"--prism_location={cache / PRISM_BIN}" in flags
     assert not any(f.startswith("--direct_") for f in flags)
+
+
+def test_runner_flag_forms(cache):
+    for flags in (["--runner", "SparkRunner"], ["--runner=apache_beam.runners.portability.spark_runner.SparkRunner"]):
+        assert add_runner_binaries(flags)[-1] == f"--spark_job_server_jar={cache / SPARK_JAR}"
+    # the last --runner wins; the local runner needs nothing
+    assert add_runner_binaries(["--runner=FlinkRunner", "--runner=DirectRunner"]) == ["--runner=FlinkRunner", "--runner=DirectRunner"]
 
 
 def test_user_given_jar_or_endpoint_wins(cache):
