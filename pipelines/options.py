@@ -51,7 +51,10 @@ def beam_args(runner_cfg: Optional[Mapping[str, Any]], passthrough: Sequence[str
     for name, value in merged.items():
         if name not in passed:
             args += _flag(name, value)
-    return args + list(passthrough)
+    # Flink / Spark / Prism: the job-server jar or binary from scripts/fetch-runners.
+    from .runners import add_runner_binaries
+
+    return add_runner_binaries(args + list(passthrough))
 
 
 def pipeline_options(runner_cfg: Optional[Mapping[str, Any]], passthrough: Sequence[str]):

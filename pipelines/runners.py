@@ -11,7 +11,7 @@ try to download a jar or binary that this network does not serve.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 BEAM_VERSION = "2.62.0"
 FLINK_VERSION = "1.19"
@@ -51,6 +51,30 @@ def cached_path(runner: str) -> str:
             f"(or set TFRECORD_IO_RUNNER_CACHE to where it put its output)"
         )
     return path
+
+
+def add_runner_binaries(flags: Sequence[str]) -> List[str]:
+    """``flags`` plus the cached jar / Prism binary flag when the chosen runner needs
+    one and neither it nor ``--job_endpoint`` (an already running job server) is given.
+
+    Raises RunnerSetupError (naming scripts/fetch-runners) when the cache lacks it:
+    left alone, Beam would try to download a jar or binary this network does not serve.
+    """
+    flags = list(flags)
+    runner = ""
+    for i, flag in enumerate(flags):  # the last --runner wins, as in Beam's parser
+        if flag.startswith("--runner="):
+            runner = flag.split("=", 1)[1]
+        elif flag == "--runner" and i + 1 < len(flags):
+            runner = flags[i + 1]
+    key = runner.rsplit(".", 1)[-1].lower()  # also apache_beam....flink_runner.FlinkRunner
+    if key not in _CACHED:
+        return flags
+    option = _CACHED[key][0]
+    given = {f.split("=", 1)[0] for f in flags if f.startswith("--")}
+    if f"--{option}" in given or "--job_endpoint" in given:
+        return flags
+    return flags + [f"--{option}={cached_path(runner.rsplit('.', 1)[-1])}"]
 
 
 def with_runner_binaries(runner_cfg: Optional[Mapping[str, Any]]) -> Dict[str, Any]:

@@ -490,7 +490,9 @@ class ReadAllFromTFRecord(beam.PTransform):
 
     def expand(self, pcoll):
         elements = pcoll | "ExpandFiles" >> beam.ParDo(_ToFileElements(self._compression_type)).with_output_types(
-            TupleHint[str, int, str]
+            # Not Tuple[str, int, str]: that is Python's beam:coder:tuple:v1, which
+            # Prism 2.62 cannot decode at the SDF's input (apache/beam#32636).
+            AnyHint
         )
         read = beam.ParDo(self._fn)
         if self._on_corrupt == "dead_letter":

@@ -1,0 +1,95 @@
+"""The validate job on one big TFRecord file, on each runner, in one run.
+
+Runners: FnApiRunner (Beam's DirectRunner, 2 worker processes), Prism, Flink
+(parallelism 2, embedded mini-cluster) and Spark (``local[2]``), the last three as
+``configs/*.yaml`` set them up (LOOPBACK workers, binaries from scripts/fetch-runners).
+Prints wall seconds and records/s per runner, and each runner's time relative to the
+FnApiRunner measured in the same run. Nothing here is asserted.
+
+    python benchmarks/bench_runners.py                      # one ~500 MB file
+    python benchmarks/bench_runners.py --mb 100 --runners fnapi,prism
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+from typing import Dict, List
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The DirectRunner's worker processes import our modules by name: give them the checkout.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+)
+
+import yaml  # noqa: E402
+from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+
+from pipelines.options import beam_args  # noqa: E402
+from pipelines.validate import run_validate  # noqa: E402
+from tfrecord_io.writer import RecordWriter  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECORD_BYTES = 1000  # ~ a small serialized Example
+
+
+def write_big_file(path: str, megabytes: int) -> int:
+    """~``megabytes`` MB of ~1 KB random records (distinct payloads); returns the count."""
+    rnd = random.Random(0)
+    block = rnd.randbytes(1 << 20)
+    n = megabytes * (1 << 20) // (RECORD_BYTES + 16)
+    with RecordWriter(path) as w:
+        for i in range(n):
+            start = (i * 7919) % ((1 << 20) - RECORD_BYTES)
+            w.write_record(b"%09d" % i + block[start : start + RECORD_BYTES - 9])
+    return n
+
+
+def flags_for(runner: str) -> List[str]:
+    if runner == "fnapi":
+        return beam_args(None, [])  # DirectRunner = FnApiRunner, 2 worker processes
+    with open(os.path.join(REPO, "configs", f"{runner}.yaml"), encoding="utf-8") as f:
+        return beam_args(yaml.safe_load(f)["runner"], [])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mb", type=int, default=500, help="size of the one input file in MB (default 500)")
+    parser.add_argument("--runners", default="fnapi,prism,flink,spark")
+    parser.add_argument("--dir", default=None, help="where to write the file (default: a temp dir)")
+    args = parser.parse_args()
+
+    work = args.dir or tempfile.mkdtemp(prefix="bench-runners-")
+    path = os.path.join(work, "big.tfrecord")
+    t = time.perf_counter()
+    n = write_big_file(path, args.mb)
+    size = os.path.getsize(path)
+    print(f"input: {path}: {n:,} records, {size / 1e6:.0f} MB (written in {time.perf_counter() - t:.1f}s)")
+    print(f"machine: {os.cpu_count()} cores; validate job = CRC-checked split read, default 64 MiB ranges")
+
+    results: Dict[str, float] = {}
+    for runner in args.runners.split(","):
+        opts = PipelineOptions(flags_for(runner))
+        t = time.perf_counter()
+        report = run_validate([path], opts, checksums=False, progress=False)
+        seconds = time.perf_counter() - t
+        if report["records"] != n or not report["ok"]:
+            print(f"{runner}: WRONG RESULT: {report['records']} records, problems {report['problems'][:3]}")
+            return 1
+        results[runner] = seconds
+        print(f"{runner:>6}: {seconds:7.1f} s  {n / seconds:>10,.0f} records/s  {size / seconds / 1e6:6.1f} MB/s", flush=True)
+
+    base = results.get("fnapi")
+    if base:
+        print("\n| runner | seconds | records/s | vs FnApiRunner |\n|---|---:|---:|---:|")
+        for runner, seconds in results.items():
+            print(f"| {runner} | {seconds:.1f} | {n / seconds:,.0f} | {base / seconds:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
