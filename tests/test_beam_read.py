@@ -517,3 +517,20 @@ def test_explicit_index_pattern_is_used(tmp_path):
 def test_lazy_package_attribute():
     assert tfio.ReadFromTFRecord is ReadFromTFRecord
     assert tfio.ReadAllFromTFRecord is ReadAllFromTFRecord
+
+
+GOLDEN_DIR = os.path.join(os.path.dirname(__file__), "golden")
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(GOLDEN_DIR, "manifest.json")), reason="golden files not in this checkout")
+def test_reads_tensorflow_golden_files_plain_gzip_zlib(tmp_path):
+    """With the committed TensorFlow golden files present: split reads of the plain file
+    (1-byte cuts exercise resync through every frame) and whole reads of GZIP/ZLIB."""
+    import base64
+    import json
+
+    manifest = json.load(open(os.path.join(GOLDEN_DIR, "manifest.json")))
+    expected = [base64.b64decode(r["payload_b64"]) for r in manifest["records"]]
+    for name in ("records.tfrecord", "records.tfrecord.gz", "records.tfrecord.zz"):
+        out, _ = read_with(os.path.join(GOLDEN_DIR, name), str(tmp_path), desired_bundle_size=64, index_pattern=False)
+        assert multiset(out["records"]) == multiset(expected), name
