@@ -402,6 +402,19 @@ def test_compressed_files_are_read_whole_once(tmp_path, kind, suffix):
     assert metrics[(NS, "restrictions")] == 3  # one unsplittable restriction per file
 
 
+def test_dead_letter_inside_a_gzip_stream(tmp_path):
+    """Offsets of a compressed file are positions in the decompressed stream."""
+    records = payloads([60] * 40, seed=31)
+    raw = bytearray(b"".join(tfio.encode_frame(r) for r in records))
+    offs = offsets_of(records)
+    raw[offs[20] + 30] ^= 0xFF  # break record 20's data CRC
+    (tmp_path / "bad.tfrecord.gz").write_bytes(gzip.compress(bytes(raw)))
+    out, metrics = read_with(str(tmp_path / "bad.tfrecord.gz"), str(tmp_path), on_corrupt="dead_letter")
+    assert multiset(out["records"]) == multiset(records[:20] + records[21:])
+    assert [(e["start"], e["end"]) for e in out["dead"]] == [(offs[20], offs[21])]
+    assert metrics[(NS, "corrupt_regions")] == 1
+
+
 def test_gzip_with_explicit_compression_type_and_no_suffix(tmp_path):
     records = payloads([10] * 30, seed=30)
     raw = b"".join(tfio.encode_frame(r) for r in records)
