@@ -530,6 +530,9 @@ def test_explicit_index_pattern_is_used(tmp_path):
 def test_lazy_package_attribute():
     assert tfio.ReadFromTFRecord is ReadFromTFRecord
     assert tfio.ReadAllFromTFRecord is ReadAllFromTFRecord
+    from tfrecord_io.beam_sink import WriteToTFRecord
+
+    assert tfio.WriteToTFRecord is WriteToTFRecord
 
 
 GOLDEN_DIR = os.path.join(os.path.dirname(__file__), "golden")
