@@ -77,6 +77,11 @@ def make_large(path: str, target_bytes: int, record_bytes: int = 1 << 20) -> int
     return n
 
 
+def startup_seconds(workers: int) -> float:
+    """Wall time of a trivial pipeline: the runner's fixed cost, printed for reference."""
+    return timed(lambda p: p | beam.Create([1]) | beam.Map(lambda x: x), workers)
+
+
 def timed(build: Callable[[beam.Pipeline], None], workers: int) -> float:
     p = beam.Pipeline("DirectRunner", options=options(workers))
     build(p)
@@ -135,6 +140,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=100, help="MB per data file (default 100)")
     ap.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
     ap.add_argument("--bundle-mb", type=int, default=16, help="our desired_bundle_size in MB")
+    ap.add_argument("--skip-small", action="store_true")
     ap.add_argument("--skip-large", action="store_true")
     ap.add_argument("--skip-write", action="store_true")
     args = ap.parse_args()
@@ -144,12 +150,14 @@ def main() -> None:
     bundle = args.bundle_mb << 20
     files: List[Tuple[str, str, int]] = []
     small = os.path.join(work, "small.tfrecord")
-    files.append(("small Examples", small, make_small(small, target)))
+    if not args.skip_small:
+        files.append(("small Examples", small, make_small(small, target)))
     if not args.skip_large:
         large = os.path.join(work, "large.tfrecord")
         files.append(("1 MiB records", large, make_large(large, target)))
 
-    rows: List[Tuple[str, str, int, float, float]] = []
+    rows: List[Tuple[str, str, int, float, float, float]] = []
+    print(f"runner start-up (trivial pipeline): 1 worker {startup_seconds(1):.1f} s, 2 workers {startup_seconds(2):.1f} s")
     print(f"files: {', '.join(f'{name}: {n} records, {os.path.getsize(p) / 1e6:.0f} MB' for name, p, n in files)}")
     for name, path, n in files:
         base: Dict[int, float] = {}
@@ -159,9 +167,10 @@ def main() -> None:
                 rate = n / secs
                 if impl == "builtin":
                     base[workers] = rate
-                rows.append((f"read | Count, {name}", impl, workers, rate, rate / base[1]))
+                mb = os.path.getsize(path) / 1e6 / secs
+                rows.append((f"read \\| Count, {name}", impl, workers, rate, mb, rate / base[1]))
                 print(f"  {name:15s} {impl:8s} {workers}w {rate:12,.0f} rec/s {secs:7.2f} s", flush=True)
-    if not args.skip_write:
+    if not args.skip_write and not args.skip_small:
         name, path, n = files[0]
         base_rate = None
         for impl in ("builtin", "ours"):
@@ -169,14 +178,15 @@ def main() -> None:
                 secs = write_case(path, n, impl, workers, work, bundle)
                 rate = n / secs
                 base_rate = base_rate or rate
-                rows.append((f"read | Write(4 shards), {name}", impl, workers, rate, rate / base_rate))
+                mb = os.path.getsize(path) / 1e6 / secs
+                rows.append((f"read \\| Write(4 shards), {name}", impl, workers, rate, mb, rate / base_rate))
                 print(f"  write {impl:8s} {workers}w {rate:12,.0f} rec/s {secs:7.2f} s", flush=True)
 
     print()
-    print("| case | impl | workers | records/s | vs built-in, 1 worker |")
-    print("| --- | --- | ---: | ---: | ---: |")
-    for case, impl, workers, rate, ratio in rows:
-        print(f"| {case} | {impl} | {workers} | {rate:,.0f} | {ratio:.2f}x |")
+    print("| case | impl | workers | records/s | MB/s | vs built-in, 1 worker |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for case, impl, workers, rate, mb, ratio in rows:
+        print(f"| {case} | {impl} | {workers} | {rate:,.0f} | {mb:,.1f} | {ratio:.2f}x |")
     if not args.dir:
         shutil.rmtree(work)
 

@@ -402,6 +402,19 @@ def test_compressed_files_are_read_whole_once(tmp_path, kind, suffix):
     assert metrics[(NS, "restrictions")] == 3  # one unsplittable restriction per file
 
 
+def test_dead_letter_inside_a_gzip_stream(tmp_path):
+    """Offsets of a compressed file are positions in the decompressed stream."""
+    records = payloads([60] * 40, seed=31)
+    raw = bytearray(b"".join(tfio.encode_frame(r) for r in records))
+    offs = offsets_of(records)
+    raw[offs[20] + 30] ^= 0xFF  # break record 20's data CRC
+    (tmp_path / "bad.tfrecord.gz").write_bytes(gzip.compress(bytes(raw)))
+    out, metrics = read_with(str(tmp_path / "bad.tfrecord.gz"), str(tmp_path), on_corrupt="dead_letter")
+    assert multiset(out["records"]) == multiset(records[:20] + records[21:])
+    assert [(e["start"], e["end"]) for e in out["dead"]] == [(offs[20], offs[21])]
+    assert metrics[(NS, "corrupt_regions")] == 1
+
+
 def test_gzip_with_explicit_compression_type_and_no_suffix(tmp_path):
     records = payloads([10] * 30, seed=30)
     raw = b"".join(tfio.encode_frame(r) for r in records)
@@ -517,3 +530,23 @@ def test_explicit_index_pattern_is_used(tmp_path):
 def test_lazy_package_attribute():
     assert tfio.ReadFromTFRecord is ReadFromTFRecord
     assert tfio.ReadAllFromTFRecord is ReadAllFromTFRecord
+    from tfrecord_io.beam_sink import WriteToTFRecord
+
+    assert tfio.WriteToTFRecord is WriteToTFRecord
+
+
+GOLDEN_DIR = os.path.join(os.path.dirname(__file__), "golden")
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(GOLDEN_DIR, "manifest.json")), reason="golden files not in this checkout")
+def test_reads_tensorflow_golden_files_plain_gzip_zlib(tmp_path):
+    """With the committed TensorFlow golden files present: split reads of the plain file
+    (1-byte cuts exercise resync through every frame) and whole reads of GZIP/ZLIB."""
+    import base64
+    import json
+
+    manifest = json.load(open(os.path.join(GOLDEN_DIR, "manifest.json")))
+    expected = [base64.b64decode(r["payload_b64"]) for r in manifest["records"]]
+    for name in ("records.tfrecord", "records.tfrecord.gz", "records.tfrecord.zz"):
+        out, _ = read_with(os.path.join(GOLDEN_DIR, name), str(tmp_path), desired_bundle_size=64, index_pattern=False)
+        assert multiset(out["records"]) == multiset(expected), name

@@ -167,7 +167,7 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
     def _index_for(self, path: str, size: int) -> Optional[RecordIndex]:
         """The file's index if it is present and describes a file of this size.
 
-        Cached per DoFn instance: a file read as many ranges loads its index once.
+        Cached per DoFn instance (a few files): a file read as many ranges loads its index once.
         """
         key = (path, size)
         if key in self._index_cache:
@@ -182,7 +182,7 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
             if index is None or not index.matches(size):
                 self._stale.inc()
                 index = None
-        if len(self._index_cache) > 64:
+        if len(self._index_cache) >= 8:  # indexes of huge files are large: keep a few
             self._index_cache.clear()
         self._index_cache[key] = index
         return index
