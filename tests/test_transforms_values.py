@@ -211,3 +211,24 @@ def test_spec_config_round_trip_and_info():
         spec_from_config({"x": {"type": "Image", "colour": "red"}})
     dec = pickle.loads(pickle.dumps(ExampleDecoder({"n": Int()})))
     assert dec(encode_row({"n": 5}, {"n": Int()})) == {"n": 5}
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40), form=st.sampled_from([None, "NFC", "NFKD"]))
+def test_property_text_round_trip(text, form):
+    _, out = rt(text, Text(normalize=form))
+    assert out == (unicodedata.normalize(form, text) if form else text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=40))
+def test_property_bytes_are_stored_iff_valid_utf8(data):
+    try:
+        expected = data.decode("utf-8")
+    except UnicodeDecodeError:
+        expected = None
+    if expected is None:
+        assert reject(data, Text(normalize=None)).stage == "decode"
+        assert rt(data, Text(on_invalid="keep"))[1] == data
+    else:
+        assert rt(data, Text(normalize=None))[1] == expected
