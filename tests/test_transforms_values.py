@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import unicodedata
 
 import numpy as np
@@ -232,3 +233,24 @@ def test_property_bytes_are_stored_iff_valid_utf8(data):
         assert rt(data, Text(on_invalid="keep"))[1] == data
     else:
         assert rt(data, Text(normalize=None))[1] == expected
+
+
+def test_plain_functions_do_not_import_beam():
+    """Encoders, encode_row, decoders and record checks run in PyTorch / tf.data code
+    without Beam; only the PTransform modules import it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "from transforms import Array, Int, Text, encode_row, decode_example, check_record, feature_specs, validate_files\n"
+        "spec = {'a': Array(shape=(2,)), 'n': Int(), 't': Text()}\n"
+        "rec = encode_row({'a': [1, 2], 'n': 3, 't': 'x'}, spec)\n"
+        "assert decode_example(rec, spec)['n'] == 3 and check_record(rec, feature_specs(spec)) == []\n"
+        "assert 'apache_beam' not in sys.modules, 'Beam was imported'\n"
+        "import transforms; transforms.EncodeExample\n"
+        "assert 'apache_beam' in sys.modules\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
