@@ -362,3 +362,16 @@ def test_image_from_a_beam_filesystem_path():
     np.testing.assert_array_equal(out, arr)
     err = reject("memtest://bucket/photos/missing.png")
     assert err.stage == "read" and "memtest://bucket/photos/missing.png" in err.reason
+
+
+def test_bit_depth_conversions_scale_the_range_instead_of_clipping():
+    arr, data = png16()
+    for mode in ("L", "RGB"):
+        feats, out = roundtrip(data, Image(mode=mode))
+        expect = np.clip((arr.astype(np.int64) + 128) // 257, 0, 255).astype(np.uint8)
+        assert out.dtype == np.uint8
+        np.testing.assert_array_equal(out[..., 0], expect)  # not min(x, 255)
+    gray = pixels(3, 4, 1, seed=2)[..., 0]
+    feats, out = roundtrip(image_bytes(PILImage.fromarray(gray), "PNG"), Image(mode="I;16"))
+    assert out.dtype == np.uint16 and feats["image/dtype"] == b"uint16"
+    np.testing.assert_array_equal(out[..., 0], gray.astype(np.uint16) * 257)
