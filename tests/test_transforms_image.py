@@ -288,3 +288,90 @@ def test_reencoded_features_describe_what_a_decoder_gets(fmt, mode):
 
 
 MODE_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4, "I;16": 1, "I": 1, "F": 1}
+
+
+# A filesystem registered with Beam under its own scheme: paths like memtest://bucket/x
+# reach the encoder through tfrecord_io.files -> Beam's FileSystems, the same dispatch
+# gs:// or s3:// paths take (those services are not reachable from here).
+from apache_beam.io.filesystem import BeamIOError, FileMetadata, FileSystem, MatchResult  # noqa: E402
+
+_MEM: dict = {}
+
+
+class _MemTestFileSystem(FileSystem):
+    @classmethod
+    def scheme(cls):
+        return "memtest"
+
+    def join(self, base, *parts):
+        return "/".join([base.rstrip("/"), *parts])
+
+    def split(self, path):
+        head, _, tail = path.rpartition("/")
+        return head, tail
+
+    def mkdirs(self, path):
+        pass
+
+    def has_dirs(self):
+        return False
+
+    def _list(self, dir_or_prefix):
+        for k, v in _MEM.items():
+            if k.startswith(dir_or_prefix):
+                yield FileMetadata(k, len(v))
+
+    def create(self, path, mime_type="application/octet-stream", compression_type=None):
+        raise NotImplementedError
+
+    def open(self, path, mime_type="application/octet-stream", compression_type=None):
+        if path not in _MEM:
+            raise BeamIOError(f"no such object {path}", {path: FileNotFoundError(path)})
+        return io.BytesIO(_MEM[path])
+
+    def copy(self, source_file_names, destination_file_names):
+        raise NotImplementedError
+
+    def rename(self, source_file_names, destination_file_names):
+        raise NotImplementedError
+
+    def exists(self, path):
+        return path in _MEM
+
+    def size(self, path):
+        return len(_MEM[path])
+
+    def last_updated(self, path):
+        return 0.0
+
+    def checksum(self, path):
+        return str(len(_MEM[path]))
+
+    def metadata(self, path):
+        return FileMetadata(path, len(_MEM[path]))
+
+    def delete(self, paths):
+        for p in paths:
+            _MEM.pop(p, None)
+
+
+def test_image_from_a_beam_filesystem_path():
+    arr = pixels(6, 4, 3, seed=11)
+    _MEM["memtest://bucket/photos/a.png"] = image_bytes(PILImage.fromarray(arr), "PNG")
+    _, out = roundtrip("memtest://bucket/photos/a.png", Image())
+    np.testing.assert_array_equal(out, arr)
+    err = reject("memtest://bucket/photos/missing.png")
+    assert err.stage == "read" and "memtest://bucket/photos/missing.png" in err.reason
+
+
+def test_bit_depth_conversions_scale_the_range_instead_of_clipping():
+    arr, data = png16()
+    for mode in ("L", "RGB"):
+        feats, out = roundtrip(data, Image(mode=mode))
+        expect = np.clip((arr.astype(np.int64) + 128) // 257, 0, 255).astype(np.uint8)
+        assert out.dtype == np.uint8
+        np.testing.assert_array_equal(out[..., 0], expect)  # not min(x, 255)
+    gray = pixels(3, 4, 1, seed=2)[..., 0]
+    feats, out = roundtrip(image_bytes(PILImage.fromarray(gray), "PNG"), Image(mode="I;16"))
+    assert out.dtype == np.uint16 and feats["image/dtype"] == b"uint16"
+    np.testing.assert_array_equal(out[..., 0], gray.astype(np.uint16) * 257)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import unicodedata
 
 import numpy as np
@@ -211,3 +212,45 @@ def test_spec_config_round_trip_and_info():
         spec_from_config({"x": {"type": "Image", "colour": "red"}})
     dec = pickle.loads(pickle.dumps(ExampleDecoder({"n": Int()})))
     assert dec(encode_row({"n": 5}, {"n": Int()})) == {"n": 5}
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40), form=st.sampled_from([None, "NFC", "NFKD"]))
+def test_property_text_round_trip(text, form):
+    _, out = rt(text, Text(normalize=form))
+    assert out == (unicodedata.normalize(form, text) if form else text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=40))
+def test_property_bytes_are_stored_iff_valid_utf8(data):
+    try:
+        expected = data.decode("utf-8")
+    except UnicodeDecodeError:
+        expected = None
+    if expected is None:
+        assert reject(data, Text(normalize=None)).stage == "decode"
+        assert rt(data, Text(on_invalid="keep"))[1] == data
+    else:
+        assert rt(data, Text(normalize=None))[1] == expected
+
+
+def test_plain_functions_do_not_import_beam():
+    """Encoders, encode_row, decoders and record checks run in PyTorch / tf.data code
+    without Beam; only the PTransform modules import it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "from transforms import Array, Int, Text, encode_row, decode_example, check_record, feature_specs, validate_files\n"
+        "spec = {'a': Array(shape=(2,)), 'n': Int(), 't': Text()}\n"
+        "rec = encode_row({'a': [1, 2], 'n': 3, 't': 'x'}, spec)\n"
+        "assert decode_example(rec, spec)['n'] == 3 and check_record(rec, feature_specs(spec)) == []\n"
+        "assert 'apache_beam' not in sys.modules, 'Beam was imported'\n"
+        "import transforms; transforms.EncodeExample\n"
+        "assert 'apache_beam' in sys.modules\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]

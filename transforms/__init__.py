@@ -12,7 +12,10 @@ Beam transforms that run them: ``EncodeExample``, ``EncodeSequenceExample``,
         "emb": Array(dtype="float32", shape=(128,)),
     }
     result = rows | EncodeExample(spec)      # result.examples, result.rejected
+    result.examples | tfrecord_io.WriteToTFRecord("out/train")
     decode_example(record_bytes, spec)       # {"image": (224, 224, 3) uint8, ...}
+    records | DecodeExample(spec)            # .decoded, .rejected
+    p | ValidateTFRecords("out/train-*.tfrecord", spec=spec)   # one report dict
 
 Keys each encoder writes (``<p>`` = the column name, or the encoder's ``key=``):
 

@@ -15,7 +15,10 @@ Keys written (``<p>`` is the column name or ``key=``):
 Height, width, channels and dtype always describe what :meth:`Image.decode` (or
 ``tf.io.decode_image(..., channels=channels)`` for 8-bit images) gives back, so a
 reader can allocate before decoding. Palette and 1-bit images decode to RGB/RGBA or
-L; CMYK and YCbCr to RGB; 16-bit grayscale stays 16-bit (``uint16``).
+L; CMYK and YCbCr to RGB; 16-bit grayscale stays 16-bit (``uint16``). Asking for
+another bit depth (``mode="L"`` of a 16-bit PNG, ``mode="I;16"`` of an 8-bit one)
+rescales the range (x / 257, x * 257) instead of Pillow's clipping at 255.
+16-bit RGB PNGs are read by Pillow as 8-bit RGB (a Pillow limitation).
 
 Why re-encode when asked only to keep bytes: if the EXIF orientation is not 1 (and
 ``exif_transpose`` is on), or a mode or size change is asked for, the stored bytes must
@@ -108,9 +111,22 @@ def canonical_mode(image: "PILImage.Image") -> str:
     return mode
 
 
+_DEEP = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+
+
 def _to_mode(image: "PILImage.Image", mode: str) -> "PILImage.Image":
+    """Convert like Pillow, except between bit depths: Pillow clips 16-bit values to
+    255 when going to 8 bits, and leaves 8-bit values unscaled going up; here the
+    full range maps to the full range (x / 257 down, x * 257 up)."""
     if image.mode == mode:
         return image
+    if image.mode in _DEEP and mode in ("L", "LA", "RGB", "RGBA"):
+        wide = np.asarray(image).astype(np.int64)
+        small = np.clip((wide + 128) // 257, 0, 255).astype(np.uint8)
+        return PILImage.fromarray(small).convert(mode)
+    if mode == "I;16" and image.mode not in _DEEP and image.mode != "F":
+        gray = np.asarray(_to_mode(image, "L"), dtype=np.uint16) * np.uint16(257)
+        return PILImage.fromarray(gray)
     if image.mode == "P" and mode in ("RGB", "RGBA", "L", "LA"):
         return image.convert("RGBA").convert(mode) if "transparency" in image.info else image.convert(mode)
     if mode == "I;16" and image.mode in ("I;16L", "I;16B", "I;16N"):
