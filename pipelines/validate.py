@@ -20,7 +20,7 @@ import apache_beam as beam
 from . import dataset_dir
 from .collect import ResultDir
 from .options import beam_args, is_local
-from .progress import ProgressPrinter
+from .progress import CountProgress, ProgressPrinter
 
 
 def dataset_target(paths: List[str]) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
@@ -77,11 +77,12 @@ def run_validate(paths: List[str], options, checksums: bool = True, progress: bo
             problems.append({"path": s["abspath"], "offset": None, "kind": "missing", "reason": "shard listed in dataset_info.json is missing"})
     report: Dict[str, Any] = {}
     sums: Dict[str, Optional[str]] = {}
-    with ProgressPrinter("validate", enabled=progress) as bar:
+    with ProgressPrinter("validate", enabled=progress, rate_stage="records") as bar:
         with ResultDir() as results:
             if patterns:
                 with beam.Pipeline(options=options) as p:
-                    reports = p | "Validate" >> ValidateTFRecords(patterns, spec)
+                    monitor = CountProgress(bar.dir, "records")
+                    reports = p | "Validate" >> ValidateTFRecords(patterns, spec, monitor=monitor)
                     tagged = [reports | "TagReport" >> beam.Map(lambda r: {"report": r})]
                     if checksums and shards:
                         tagged.append(

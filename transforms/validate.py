@@ -96,6 +96,8 @@ class ValidateTFRecords(beam.PTransform):
             or a description ``{"key": "int"}``.
         compression_type: None/"auto" (by suffix), "", "gzip" or "zlib".
         bundle_size: bytes per range of an uncompressed file.
+        monitor: an optional DoFn every checked item passes through on its way to the
+            report (e.g. the CLI's live progress counter); it must yield its input.
     """
 
     def __init__(
@@ -106,8 +108,10 @@ class ValidateTFRecords(beam.PTransform):
         check_crc: bool = True,
         bundle_size: int = DEFAULT_BUNDLE_SIZE,
         label: Optional[str] = None,
+        monitor: Optional[beam.DoFn] = None,
     ):
         super().__init__(label)
+        self.monitor = monitor
         self.patterns = [file_patterns] if isinstance(file_patterns, str) else list(file_patterns)
         self.specs = feature_specs(spec)
         self.compression_type = compression_type
@@ -129,6 +133,8 @@ class ValidateTFRecords(beam.PTransform):
             | "Unmatched" >> beam.FlatMap(lambda pattern: [] if list_files([pattern]) else [("nomatch", pattern)])
         )
         items = file_entries | "Read" >> _SplitRead(self.specs, self.compression_type, self.check_crc, self.bundle_size)
+        if self.monitor is not None:
+            items = items | "Monitor" >> beam.ParDo(self.monitor)
         entries = file_entries | "FileItems" >> beam.Map(lambda e: ("file", e[0], e[1]))
         return (items, entries, unmatched) | "All" >> beam.Flatten() | "Report" >> beam.CombineGlobally(_ReportFn())
 
