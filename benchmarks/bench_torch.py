@@ -11,7 +11,7 @@ CRCs of every record, theirs checks none. Each figure is the best of ``--repeats
 epochs, taken in interleaved rounds (the machine is shared; the best is the least
 disturbed, and interleaving spreads outside load over all readers alike).
 
-    python benchmarks/bench_torch.py [--small 200000] [--images 3000] [--repeats 3]
+    python benchmarks/bench_torch.py [--small 100000] [--images 2000] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -86,9 +86,9 @@ def best_rates(contenders: List[Callable[[], torch.utils.data.IterableDataset]],
 
 def main(argv: List[str] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small", type=int, default=200_000)
-    parser.add_argument("--images", type=int, default=3000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--small", type=int, default=100_000)
+    parser.add_argument("--images", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
 
     import tfrecord.torch.dataset as peer
