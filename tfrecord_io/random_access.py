@@ -19,7 +19,7 @@ import numpy as np
 from . import files
 from .crc import masked_crc32c
 from .errors import CorruptRecordError, IndexFileError, TruncatedRecordError
-from .framing import BAD_DATA_CRC, BAD_LENGTH_CRC, FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE, _scan_frames
+from .framing import BAD_DATA_CRC, BAD_LENGTH_CRC, FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE, FrameStream, _scan_frames
 from .index import RecordIndex, build_index, find_index, load_index
 
 _HEADER = struct.Struct("<QI")
@@ -88,6 +88,38 @@ def _map_local(path: str) -> memoryview:
     if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_SEQUENTIAL"):
         mapped.madvise(mmap.MADV_SEQUENTIAL)
     return memoryview(mapped)
+
+
+class _MappedReader:
+    """A read-only stream over a memoryview whose ``read`` returns views, not copies,
+    so a ``FrameStream`` over it scans a memory-mapped file in place."""
+
+    def __init__(self, view: memoryview, position: int = 0):
+        self._view = view
+        self._pos = position
+
+    def read(self, size: int = -1) -> memoryview:
+        end = len(self._view) if size is None or size < 0 else min(self._pos + size, len(self._view))
+        out = self._view[self._pos : end]
+        self._pos = end
+        return out
+
+
+def scan_mapped(
+    path: str, start: int = 0, end: Optional[int] = None, check_crc: bool = True
+) -> Iterator[Tuple[int, memoryview]]:
+    """``reader.read_records`` for a local uncompressed file without an index, in place:
+    the file is memory-mapped and scanned by ``FrameStream`` (same checks, same
+    resynchronisation at ``start``) with no copy; records are views of the mapping
+    (see ``read_indexed`` about files truncated while mapped)."""
+    size = files.file_size(path)
+    if size == 0 or (end is not None and end <= start) or start >= size:
+        return
+    view = _map_local(path)
+    stream = FrameStream(_MappedReader(view, start), path=path, offset=start, size=size, chunk_size=size, check_crc=check_crc)
+    if start > 0 and not stream.resync(limit=end):
+        return
+    yield from stream.frames(stop=end)  # type: ignore[misc]
 
 
 def read_indexed(
@@ -296,4 +328,4 @@ class IndexedRecordReader:
             pass
 
 
-__all__ = ["IndexedRecordReader", "decode_frame", "read_indexed", "resolve_index"]
+__all__ = ["IndexedRecordReader", "decode_frame", "read_indexed", "resolve_index", "scan_mapped"]
