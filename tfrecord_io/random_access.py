@@ -116,9 +116,16 @@ def scan_mapped(
     if size == 0 or (end is not None and end <= start) or start >= size:
         return
     view = _map_local(path)
-    stream = FrameStream(_MappedReader(view, start), path=path, offset=start, size=size, chunk_size=size, check_crc=check_crc)
-    if start > 0 and not stream.resync(limit=end):
-        return
+    if start > 0:
+        # resynchronise in ordinary windows: resync examines its whole buffer at once
+        probe = FrameStream(_MappedReader(view, start), path=path, offset=start, size=size, check_crc=check_crc)
+        if not probe.resync(limit=end):
+            return
+        start = probe.offset
+    # one buffer for the rest of the file, so that no frame straddles two reads
+    stream = FrameStream(
+        _MappedReader(view, start), path=path, offset=start, size=size, chunk_size=size, check_crc=check_crc
+    )
     yield from stream.frames(stop=end)  # type: ignore[misc]
 
 
