@@ -117,8 +117,11 @@ def scan_mapped(
         return
     view = _map_local(path)
     if start > 0:
-        # resynchronise in ordinary windows: resync examines its whole buffer at once
-        probe = FrameStream(_MappedReader(view, start), path=path, offset=start, size=size, check_crc=check_crc)
+        # resynchronise in small windows: resync examines its whole buffer at once, and
+        # the first boundary is usually within a record's length of ``start``
+        probe = FrameStream(
+            _MappedReader(view, start), path=path, offset=start, size=size, chunk_size=1 << 16, check_crc=check_crc
+        )
         if not probe.resync(limit=end):
             return
         start = probe.offset
