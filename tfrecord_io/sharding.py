@@ -10,8 +10,8 @@ the parts are balanced however the records are spread over files:
   most one record, and the records of the shards ``[r*k, (r+1)*k)`` are exactly the
   records of part ``r`` of a cut into ``n/k`` parts, whatever ``k`` is);
 - otherwise the cut is by **bytes**, and a record belongs to the part in which it
-  *begins* (``reader.read_records`` finds the first boundary of a part by its index or by
-  resynchronisation);
+  *begins* (``read_piece`` finds the first boundary of a part by the file's index, or by
+  resynchronisation where it has none);
 - compressed files cannot be cut: with at least as many compressed files as shards,
   file ``j`` goes whole to shard ``j % n``; with fewer, the shards ``s`` with
   ``s % files == j`` all read file ``j`` and each keeps every ``m``-th record
