@@ -164,3 +164,19 @@ def test_scan_mapped_matches_read_records(tmp_path):
         f.truncate(size - 3)
     with pytest.raises(TruncatedRecordError):
         list(scan_mapped(path, offset + 1))
+
+
+def test_without_mmap_both_paths_fall_back_to_reads(tmp_path, monkeypatch):
+    import tfrecord_io.random_access as ra
+    from tfrecord_io.index import load_index
+
+    path = str(tmp_path / "a.tfrecord")
+    index = load_index(write_examples(path, range(30), index=True))
+    expected = [(o, bytes(d)) for o, d in read_records(path)]
+
+    def no_mmap(path):
+        raise OSError("mmap not supported")
+
+    monkeypatch.setattr(ra, "_map_local", no_mmap)
+    assert [(o, bytes(d)) for o, d in ra.read_indexed(path, index)] == expected
+    assert [(o, bytes(d)) for o, d in ra.scan_mapped(path, 5)] == expected[1:]

@@ -21,6 +21,7 @@ from .crc import masked_crc32c
 from .errors import CorruptRecordError, IndexFileError, TruncatedRecordError
 from .framing import BAD_DATA_CRC, BAD_LENGTH_CRC, FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE, FrameStream, _scan_frames
 from .index import RecordIndex, build_index, find_index, load_index
+from .reader import read_records
 
 _HEADER = struct.Struct("<QI")
 _U32 = struct.Struct("<I")
@@ -115,7 +116,11 @@ def scan_mapped(
     size = files.file_size(path)
     if size == 0 or (end is not None and end <= start) or start >= size:
         return
-    view = _map_local(path)
+    try:
+        view = _map_local(path)
+    except (OSError, ValueError):  # a file system without mmap: stream it instead
+        yield from read_records(path, start, end, compression_type="", check_crc=check_crc)  # type: ignore[misc]
+        return
     if start > 0:
         # resynchronise in small windows: resync examines its whole buffer at once, and
         # the first boundary is usually within a record's length of ``start``
@@ -158,12 +163,17 @@ def read_indexed(
         return
     offsets, sizes = index.offsets, index.sizes
     ends = offsets[first:last] + sizes[first:last]
-    remote = files.is_remote(path)
-    handle: Any = files.open_raw(path, "rb") if remote else None
+    handle: Any = None
     whole: Optional[memoryview] = None
-    try:
-        if not remote:
+    if not files.is_remote(path):
+        try:
             whole = _map_local(path)
+        except (OSError, ValueError):  # a file system without mmap: read blocks instead
+            whole = None
+    if whole is None:
+        handle = files.open_raw(path, "rb")
+    try:
+        if whole is not None:
             need = int(ends[-1])
             if len(whole) < need:
                 raise TruncatedRecordError(
