@@ -145,3 +145,38 @@ def test_read_indexed_through_filesystems_blocks(tmp_path, monkeypatch):
     corrupt_data_byte(path, 25)
     with pytest.raises(CorruptRecordError, match=f"byte offset {offset}"):
         list(read_indexed(path, index, block_size=900))
+
+
+def test_scan_mapped_matches_read_records(tmp_path):
+    from tfrecord_io.random_access import scan_mapped
+
+    path = str(tmp_path / "a.tfrecord")
+    write_examples(path, range(60))
+    size = len(open(path, "rb").read())
+    cuts = [0, 1, 13, size // 3, size // 2 + 7, size - 5, size]
+    for a, b in zip(cuts, cuts[1:]):
+        assert [(o, bytes(d)) for o, d in scan_mapped(path, a, b)] == [(o, bytes(d)) for o, d in read_records(path, a, b)]
+    assert len(list(scan_mapped(path))) == 60
+    offset = corrupt_data_byte(path, 44)
+    with pytest.raises(CorruptRecordError, match=f"byte offset {offset}: corrupt record data"):
+        list(scan_mapped(path))
+    with open(path, "r+b") as f:
+        f.truncate(size - 3)
+    with pytest.raises(TruncatedRecordError):
+        list(scan_mapped(path, offset + 1))
+
+
+def test_without_mmap_both_paths_fall_back_to_reads(tmp_path, monkeypatch):
+    import tfrecord_io.random_access as ra
+    from tfrecord_io.index import load_index
+
+    path = str(tmp_path / "a.tfrecord")
+    index = load_index(write_examples(path, range(30), index=True))
+    expected = [(o, bytes(d)) for o, d in read_records(path)]
+
+    def no_mmap(path):
+        raise OSError("mmap not supported")
+
+    monkeypatch.setattr(ra, "_map_local", no_mmap)
+    assert [(o, bytes(d)) for o, d in ra.read_indexed(path, index)] == expected
+    assert [(o, bytes(d)) for o, d in ra.scan_mapped(path, 5)] == expected[1:]

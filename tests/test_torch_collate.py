@@ -60,3 +60,18 @@ def test_pad_to_fixed_length_then_default_collate():
     assert feats["frames"].tolist() == [[1, 2], [3, 4], [0, 0]]
     with pytest.raises(KeyError, match="nope"):
         PadTo({"nope": 2})(_rec(0, 1))
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(-(2**40), 2**40), max_size=9), min_size=1, max_size=6), st.integers(-5, 5))
+def test_pad_collate_keeps_every_value(rows, pad):
+    batch = PadCollate(padding_value=pad)([{"v": np.array(r, dtype=np.int64)} for r in rows])
+    longest = max(len(r) for r in rows)
+    assert batch["v"].shape == (len(rows), longest)
+    assert batch["v_length"].tolist() == [len(r) for r in rows]
+    for got, r in zip(batch["v"].tolist(), rows):
+        assert got == r + [pad] * (longest - len(r))

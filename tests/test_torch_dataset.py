@@ -257,3 +257,12 @@ def test_index_path_arguments_are_checked(tmp_path):
         list(TFRecordDataset([a, b], ia))
     with pytest.raises(ValueError, match="2 data files but 1"):
         list(TFRecordDataset([a, b], [ia]))
+
+
+def test_unshuffled_reading_leaves_torch_rng_alone(big_file):
+    path, index = big_file
+    torch.manual_seed(9)
+    expected = torch.rand(3)
+    torch.manual_seed(9)
+    assert len(list(TFRecordDataset(path, index, ["id"]))) == N
+    assert torch.equal(torch.rand(3), expected)

@@ -3,7 +3,6 @@ so a test can tell exactly which records a reader produced."""
 
 from __future__ import annotations
 
-import os
 import random
 from typing import Iterable, List, Optional, Tuple
 

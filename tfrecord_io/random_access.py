@@ -19,8 +19,9 @@ import numpy as np
 from . import files
 from .crc import masked_crc32c
 from .errors import CorruptRecordError, IndexFileError, TruncatedRecordError
-from .framing import BAD_DATA_CRC, BAD_LENGTH_CRC, FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE, _scan_frames
+from .framing import BAD_DATA_CRC, BAD_LENGTH_CRC, FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE, FrameStream, _scan_frames
 from .index import RecordIndex, build_index, find_index, load_index
+from .reader import read_records
 
 _HEADER = struct.Struct("<QI")
 _U32 = struct.Struct("<I")
@@ -90,6 +91,52 @@ def _map_local(path: str) -> memoryview:
     return memoryview(mapped)
 
 
+class _MappedReader:
+    """A read-only stream over a memoryview whose ``read`` returns views, not copies,
+    so a ``FrameStream`` over it scans a memory-mapped file in place."""
+
+    def __init__(self, view: memoryview, position: int = 0):
+        self._view = view
+        self._pos = position
+
+    def read(self, size: int = -1) -> memoryview:
+        end = len(self._view) if size is None or size < 0 else min(self._pos + size, len(self._view))
+        out = self._view[self._pos : end]
+        self._pos = end
+        return out
+
+
+def scan_mapped(
+    path: str, start: int = 0, end: Optional[int] = None, check_crc: bool = True
+) -> Iterator[Tuple[int, memoryview]]:
+    """``reader.read_records`` for a local uncompressed file without an index, in place:
+    the file is memory-mapped and scanned by ``FrameStream`` (same checks, same
+    resynchronisation at ``start``) with no copy; records are views of the mapping
+    (see ``read_indexed`` about files truncated while mapped)."""
+    size = files.file_size(path)
+    if size == 0 or (end is not None and end <= start) or start >= size:
+        return
+    try:
+        view = _map_local(path)
+    except (OSError, ValueError):  # a file system without mmap: stream it instead
+        yield from read_records(path, start, end, compression_type="", check_crc=check_crc)  # type: ignore[misc]
+        return
+    if start > 0:
+        # resynchronise in small windows: resync examines its whole buffer at once, and
+        # the first boundary is usually within a record's length of ``start``
+        probe = FrameStream(
+            _MappedReader(view, start), path=path, offset=start, size=size, chunk_size=1 << 16, check_crc=check_crc
+        )
+        if not probe.resync(limit=end):
+            return
+        start = probe.offset
+    # one buffer for the rest of the file, so that no frame straddles two reads
+    stream = FrameStream(
+        _MappedReader(view, start), path=path, offset=start, size=size, chunk_size=size, check_crc=check_crc
+    )
+    yield from stream.frames(stop=end)  # type: ignore[misc]
+
+
 def read_indexed(
     path: str,
     index: RecordIndex,
@@ -116,12 +163,17 @@ def read_indexed(
         return
     offsets, sizes = index.offsets, index.sizes
     ends = offsets[first:last] + sizes[first:last]
-    remote = files.is_remote(path)
-    handle: Any = files.open_raw(path, "rb") if remote else None
+    handle: Any = None
     whole: Optional[memoryview] = None
-    try:
-        if not remote:
+    if not files.is_remote(path):
+        try:
             whole = _map_local(path)
+        except (OSError, ValueError):  # a file system without mmap: read blocks instead
+            whole = None
+    if whole is None:
+        handle = files.open_raw(path, "rb")
+    try:
+        if whole is not None:
             need = int(ends[-1])
             if len(whole) < need:
                 raise TruncatedRecordError(
@@ -296,4 +348,4 @@ class IndexedRecordReader:
             pass
 
 
-__all__ = ["IndexedRecordReader", "decode_frame", "read_indexed", "resolve_index"]
+__all__ = ["IndexedRecordReader", "decode_frame", "read_indexed", "resolve_index", "scan_mapped"]

@@ -10,8 +10,8 @@ the parts are balanced however the records are spread over files:
   most one record, and the records of the shards ``[r*k, (r+1)*k)`` are exactly the
   records of part ``r`` of a cut into ``n/k`` parts, whatever ``k`` is);
 - otherwise the cut is by **bytes**, and a record belongs to the part in which it
-  *begins* (``reader.read_records`` finds the first boundary of a part by its index or by
-  resynchronisation);
+  *begins* (``read_piece`` finds the first boundary of a part by the file's index, or by
+  resynchronisation where it has none);
 - compressed files cannot be cut: with at least as many compressed files as shards,
   file ``j`` goes whole to shard ``j % n``; with fewer, the shards ``s`` with
   ``s % files == j`` all read file ``j`` and each keeps every ``m``-th record
@@ -30,7 +30,7 @@ import numpy as np
 from . import files
 from .errors import IndexFileError
 from .index import RecordIndex, find_index, load_index
-from .random_access import read_indexed
+from .random_access import read_indexed, scan_mapped
 from .reader import read_records
 
 
@@ -176,13 +176,17 @@ def read_piece(piece: Piece, check_crc: bool = True) -> Iterator[Tuple[int, memo
     """Yield ``(offset, data)`` for each record of ``piece`` (CRCs checked by default;
     a bad record raises ``CorruptRecordError``/``TruncatedRecordError`` with path and offset).
 
-    With an index, whole frames are read in blocks (``random_access.read_indexed``);
-    without, the stream is scanned (``reader.read_records``)."""
+    Local plain files are memory-mapped and read in place: by the index
+    (``random_access.read_indexed``) or, without one, by a scan that resynchronises at
+    the piece's start (``random_access.scan_mapped``); compressed and remote files are
+    streamed (``reader.read_records``)."""
     if piece.index is not None and not piece.compression:
         idx = piece.index
         first = idx.first_at_or_after(piece.start)
         last = len(idx) if piece.end is None else idx.first_at_or_after(piece.end)
         records: Iterator[Tuple[int, memoryview]] = read_indexed(piece.path, idx, first, last, check_crc)
+    elif not piece.compression and not files.is_remote(piece.path):
+        records = scan_mapped(piece.path, piece.start, piece.end, check_crc)
     else:
         records = read_records(  # type: ignore[assignment]
             piece.path,

@@ -113,7 +113,7 @@ class _ShardedDataset(torch.utils.data.IterableDataset):
         creating each epoch's DataLoader iterator (workers get a copy of the dataset)."""
         self.epoch = int(epoch)
 
-    def _seed_keys(self, ctx: ReadContext) -> Tuple[Tuple[Any, ...], Tuple[Any, ...]]:
+    def _seed_keys(self, ctx: ReadContext, randomised: bool = True) -> Tuple[Tuple[Any, ...], Tuple[Any, ...]]:
         """(key shared by every shard of this epoch, key of this shard).
 
         In a worker both include how many times this copy has been iterated: a
@@ -127,6 +127,8 @@ class _ShardedDataset(torch.utils.data.IterableDataset):
         if self.seed is not None:
             shared: Tuple[Any, ...] = ("seed", self.seed, self.epoch, passes)
             return shared, shared + (ctx.shard,)
+        if not in_worker and not randomised:
+            return ("fixed",), ("fixed",)  # draw nothing: leave the caller's torch RNG alone
         base = ctx.worker_base_seed if in_worker else draw_torch_seed()
         return ("torch", base, passes), ("torch", base, passes, ctx.rank, ctx.worker_id)
 
@@ -218,7 +220,7 @@ class TFRecordDataset(_ShardedDataset):
 
     def __iter__(self) -> Iterator[Any]:
         ctx = current_context(self.rank, self.world_size)
-        shared, own = self._seed_keys(ctx)
+        shared, own = self._seed_keys(ctx, bool(self.shuffle_queue_size or self.shuffle_files))
         order = self._order(self.files(), make_rng(*shared, "files"), ctx)
         pieces = plan_shard(order, ctx.shard, ctx.num_shards)
         return self._finish(self._records(pieces), own)

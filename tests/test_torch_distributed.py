@@ -1,0 +1,63 @@
+"""A real torch.distributed world of 2 ranks (gloo, file store, 2 processes), each with
+a 2-worker DataLoader: the datasets take rank and world size from torch.distributed and
+together read every record exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.torch_data import write_examples
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+RANK_SCRIPT = r"""
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from tfrecord_io.torch import TFRecordDataset, MultiTFRecordDataset
+
+rank, store, path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)
+ids = lambda batch: [int(r["id"][0]) for r in batch]
+single = TFRecordDataset(path, None, ["id"], shuffle_queue_size=16, shuffle_files=True, seed=1)
+multi = MultiTFRecordDataset({"x": path}, None, {"x": 1}, ["id"], infinite=False)
+out = {"len": None}
+for name, ds in (("single", single), ("multi", multi)):
+    out[name] = [i for b in DataLoader(ds, batch_size=8, num_workers=2, collate_fn=ids) for i in b]
+out["len"] = len(TFRecordDataset(path, path + ".index", ["id"]))
+gathered = [None, None]
+dist.all_gather_object(gathered, out)
+if rank == 0:
+    print(json.dumps(gathered))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(300)
+def test_two_rank_gloo_world_reads_each_record_once(tmp_path):
+    path = str(tmp_path / "data.tfrecord")
+    write_examples(path, range(400), index=True)
+    store = str(tmp_path / "store")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, str(r), store, path], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=240) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    ranks = json.loads(outs[0][0].strip().splitlines()[-1])
+    for name in ("single", "multi"):
+        parts = [r[name] for r in ranks]
+        assert all(parts), f"{name}: a rank read nothing"
+        assert sorted(parts[0] + parts[1]) == list(range(400)), name
+    assert [r["len"] for r in ranks] == [200, 200]
