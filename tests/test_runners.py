@@ -68,7 +68,8 @@ def runner_flags(name: str) -> List[str]:
     try:
         return beam_args(section, [])
     except RunnerSetupError as err:
-        pytest.fail(f"{err}\n(the runner tests need bash scripts/fetch-runners to have run)", pytrace=False)
+        missing = str(err)
+    pytest.fail(f"{missing}\n(the runner tests need bash scripts/fetch-runners to have run)", pytrace=False)
 
 
 def payloads(n: int, seed: int) -> List[bytes]:
