@@ -16,7 +16,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf  # noqa: E402
 
 
-def median_time(fn, repeat):
+def median_time(fn, repeat, warmup=None):
+    if warmup is not None:  # first-call costs (tracing, op setup) are not throughput
+        warmup()
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -29,17 +31,22 @@ def main():
     small, large, batch, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     records = [r.numpy() for r in tf.data.TFRecordDataset(small)]
     n, nbytes = len(records), sum(map(len, records))
-    nl = sum(1 for _ in tf.data.TFRecordDataset(large).batch(256))
     large_n = sum(int(tf.size(b)) for b in tf.data.TFRecordDataset(large).batch(256))
     large_bytes = os.path.getsize(large) - 16 * large_n
     out = {}
 
-    def read_batched(path):
-        for _ in tf.data.TFRecordDataset(path, buffer_size=1 << 20).batch(batch):
+    def read_batched(path, size=batch):
+        for _ in tf.data.TFRecordDataset(path, buffer_size=1 << 20).batch(size):
             pass
 
-    out["read small: tf.data TFRecordDataset (batched)"] = [median_time(lambda: read_batched(small), repeat), n, nbytes]
-    out["read large: tf.data TFRecordDataset (batched)"] = [median_time(lambda: read_batched(large), repeat), large_n, large_bytes]
+    def warm_read(path):
+        for _ in tf.data.TFRecordDataset(path).take(2).batch(batch):
+            pass
+
+    out["read small: tf.data TFRecordDataset (batched)"] = [
+        median_time(lambda: read_batched(small), repeat, lambda: warm_read(small)), n, nbytes]
+    out["read large: tf.data TFRecordDataset (batches of 8)"] = [
+        median_time(lambda: read_batched(large, 8), repeat, lambda: warm_read(large)), large_n, large_bytes]
 
     spec = {
         "label": tf.io.FixedLenFeature([], tf.int64),
@@ -52,7 +59,8 @@ def main():
         for b in batches:
             tf.io.parse_example(b, spec)
 
-    out[f"parse batched: tf.io.parse_example ({batch})"] = [median_time(parse_batches, repeat), n, nbytes]
+    out[f"parse batched: tf.io.parse_example ({batch})"] = [
+        median_time(parse_batches, repeat, lambda: tf.io.parse_example(batches[0], spec)), n, nbytes]
 
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "out.tfrecord")
@@ -63,7 +71,6 @@ def main():
                     w.write(r)
 
         out["write bytes: tf.io.TFRecordWriter"] = [median_time(write_bytes, repeat), n, nbytes]
-    del nl
     print(json.dumps(out))
 
 

@@ -52,15 +52,17 @@ def small_dicts(n: int, seed: int = 0) -> List[dict]:
     return out
 
 
-def timeit(fn: Callable[[], int], repeat: int) -> float:
-    """Median seconds of ``fn()`` over ``repeat`` runs (fn returns a count, checked)."""
-    times = []
+def timeit_group(cases: Dict[str, Callable[[], int]], repeat: int) -> Dict[str, float]:
+    """Median seconds per case, the cases taking turns in each round, so that a change
+    of load on a shared machine hits every case of a comparison alike."""
+    times: Dict[str, List[float]] = {name: [] for name in cases}
     for _ in range(repeat):
-        gc.collect()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for name, fn in cases.items():
+            gc.collect()
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) for name, v in times.items()}
 
 
 class Table:
@@ -279,29 +281,39 @@ def main() -> None:
 
     t = Table()
     rep = args.repeat
-    print("read, raw records (ours and Beam check both CRCs; the tfrecord package checks none)")
-    t.add("read small: ours tfrecord_iterator", timeit(lambda: ours_iter(small_path), rep), n, small_bytes)
-    t.add("read small: tfrecord pkg tfrecord_iterator", timeit(lambda: pkg_iter(small_path), rep), n, small_bytes)
-    t.add("read small: Beam _TFRecordUtil.read_record loop", timeit(lambda: beam_iter(small_path), rep), n, small_bytes)
     nl = args.large
-    t.add("read large: page cache (readinto, 1 MiB)", timeit(lambda: page_cache(large_path), rep), nl, large_bytes)
-    t.add("read large: ours tfrecord_iterator", timeit(lambda: ours_iter(large_path), rep), nl, large_bytes)
-    t.add("read large: tfrecord pkg tfrecord_iterator", timeit(lambda: pkg_iter(large_path), rep), nl, large_bytes)
-    t.add("read large: Beam _TFRecordUtil.read_record loop", timeit(lambda: beam_iter(large_path), rep), nl, large_bytes)
-
-    print("parse to NumPy dicts (description: int label, 8 floats, bytes text)")
-    t.add("parse per record: ours tfrecord_loader", timeit(lambda: ours_loader(small_path), rep), n, small_bytes)
-    t.add("parse per record: tfrecord pkg tfrecord_loader", timeit(lambda: pkg_loader(small_path), rep), n, small_bytes)
-    t.add("parse per record: upb + NumPy loop (no framing)", timeit(lambda: upb_numpy_loop(records), rep), n, small_bytes)
-    t.add(f"parse batched: ours parse_examples_batch ({BATCH})", timeit(lambda: batched(records), rep), n, small_bytes)
-
-    print("write")
     out = os.path.join(d, "out.tfrecord")
-    t.add("write dicts: ours TFRecordWriter.write", timeit(lambda: ours_write_dicts(out, dicts), rep), n, small_bytes)
-    t.add("write dicts: tfrecord pkg TFRecordWriter.write", timeit(lambda: pkg_write_dicts(out, dicts), rep), n, small_bytes)
-    t.add("write bytes: ours RecordWriter.write_records", timeit(lambda: ours_write_bytes(out, records), rep), n, small_bytes)
-    t.add("write bytes: ours RecordWriter.write_record", timeit(lambda: ours_write_bytes_each(out, records), rep), n, small_bytes)
-    t.add("write bytes: Beam _TFRecordUtil.write_record", timeit(lambda: beam_write_bytes(out, records), rep), n, small_bytes)
+
+    def group(title: str, cases: Dict[str, tuple], repeat: int) -> None:
+        print(title)
+        secs = timeit_group({name: fn for name, (fn, _, _) in cases.items()}, repeat)
+        for name, (_, count, nbytes) in cases.items():
+            t.add(name, secs[name], count, nbytes)
+
+    group("read, raw records (ours and Beam check both CRCs; the tfrecord package checks none)", {
+        "read small: ours tfrecord_iterator": (lambda: ours_iter(small_path), n, small_bytes),
+        "read small: tfrecord pkg tfrecord_iterator": (lambda: pkg_iter(small_path), n, small_bytes),
+        "read small: Beam _TFRecordUtil.read_record loop": (lambda: beam_iter(small_path), n, small_bytes),
+    }, rep)
+    group("read, 150 KB records (short runs: more rounds)", {
+        "read large: page cache (readinto, 1 MiB)": (lambda: page_cache(large_path), nl, large_bytes),
+        "read large: ours tfrecord_iterator": (lambda: ours_iter(large_path), nl, large_bytes),
+        "read large: tfrecord pkg tfrecord_iterator": (lambda: pkg_iter(large_path), nl, large_bytes),
+        "read large: Beam _TFRecordUtil.read_record loop": (lambda: beam_iter(large_path), nl, large_bytes),
+    }, max(rep, 7))
+    group("parse to NumPy dicts (description: int label, 8 floats, bytes text)", {
+        "parse per record: ours tfrecord_loader": (lambda: ours_loader(small_path), n, small_bytes),
+        "parse per record: tfrecord pkg tfrecord_loader": (lambda: pkg_loader(small_path), n, small_bytes),
+        "parse per record: upb + NumPy loop (no framing)": (lambda: upb_numpy_loop(records), n, small_bytes),
+        f"parse batched: ours parse_examples_batch ({BATCH})": (lambda: batched(records), n, small_bytes),
+    }, rep)
+    group("write", {
+        "write dicts: ours TFRecordWriter.write": (lambda: ours_write_dicts(out, dicts), n, small_bytes),
+        "write dicts: tfrecord pkg TFRecordWriter.write": (lambda: pkg_write_dicts(out, dicts), n, small_bytes),
+        "write bytes: ours RecordWriter.write_records": (lambda: ours_write_bytes(out, records), n, small_bytes),
+        "write bytes: ours RecordWriter.write_record": (lambda: ours_write_bytes_each(out, records), n, small_bytes),
+        "write bytes: Beam _TFRecordUtil.write_record": (lambda: beam_write_bytes(out, records), n, small_bytes),
+    }, rep)
     os.unlink(out)
 
     if not args.no_tf:

@@ -101,29 +101,96 @@ def write_all(records, out_path):
             w.write_record(r)
 
 
-def beam_run(rows, spec, out_prefix, workers, encode=True):
-    import apache_beam as beam
+def beam_options(workers):
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    if workers == 1:
+        return PipelineOptions(["--runner=DirectRunner", "--direct_num_workers=1"])
+    return PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"])
+
+
+def _read_image(row):
+    with open(row["image"], "rb") as f:
+        return f.read()
+
+
+def beam_encode(rows, spec, out_prefix, workers):
+    """Wall time of Create -> EncodeExample (or a plain read when spec is None) -> sink."""
+    import apache_beam as beam
+
+    from tfrecord_io import WriteToTFRecord
     from transforms import EncodeExample
 
-    try:
-        from tfrecord_io import WriteToTFRecord  # the package's sink, once beam_io has landed
-    except (ImportError, AttributeError):
-        from apache_beam.io.tfrecordio import WriteToTFRecord
-    if workers == 1:
-        opts = ["--runner=DirectRunner", "--direct_num_workers=1"]
-    else:
-        opts = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
     t = time.perf_counter()
-    with beam.Pipeline(options=PipelineOptions(opts)) as p:
+    with beam.Pipeline(options=beam_options(workers)) as p:
         rows_pc = p | beam.Create(rows, reshuffle=True)
-        if encode:
-            records = (rows_pc | EncodeExample(spec)).examples
-        else:  # the same pipeline with a trivial step: Beam + sink cost alone
-            records = rows_pc | beam.Map(lambda r: open(r["image"], "rb").read())
+        records = rows_pc | beam.Map(_read_image) if spec is None else (rows_pc | EncodeExample(spec)).examples
         records | WriteToTFRecord(out_prefix, num_shards=workers)
     return time.perf_counter() - t
+
+
+def beam_decode(pattern, spec, workers):
+    """Wall time of the split read -> DecodeExample -> count."""
+    import apache_beam as beam
+
+    from tfrecord_io import ReadFromTFRecord
+    from transforms import DecodeExample
+
+    t = time.perf_counter()
+    with beam.Pipeline(options=beam_options(workers)) as p:
+        (p | ReadFromTFRecord(pattern, desired_bundle_size=1 << 20) | DecodeExample(spec)).decoded | beam.combiners.Count.Globally()
+    return time.perf_counter() - t
+
+
+CATEGORIES = (
+    ("Pillow (decode/encode/resize)", ("PIL", "Imaging")),
+    ("audio libs (soundfile, soxr, librosa)", ("soundfile", "soxr", "librosa", "_cffi", "scipy")),
+    ("framing + CRC + sink/source (tfrecord_io)", ("tfrecord_io/framing", "tfrecord_io/crc", "tfrecord_io/writer", "tfrecord_io/reader", "tfrecord_io/beam_", "crc32c", "tfrecord_io/files")),
+    ("Example protobuf (codec)", ("tfrecord_io/codec", "google/protobuf", "SerializeToString", "ParseFromString", "MergeFromString")),
+    ("transforms (Python glue)", ("/transforms/",)),
+    # Beam's own code, plus the stdlib it drives (signature inspection, pickling, copies)
+    ("Beam (runner, coders, bookkeeping)", ("apache_beam", "inspect.py", "pickle", "dill", "copy.py", "typing.py", "enum.py", "threading.py", "queue.py")),
+    ("file IO (open, read, stat)", ("_io.", "io.open", "posix.", "builtins.open")),
+    ("waiting (locks, queues)", ("acquire", "wait", "select", "poll")),
+)
+
+
+def profile_breakdown(fn):
+    """Share of profiled time per component for one in-process run of ``fn``.
+
+    cProfile attributes each function's own time (tottime); it inflates pure-Python
+    parts (Beam, glue) more than C parts, so read these as upper bounds for Python."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    fn()
+    prof.disable()
+    totals = {name: 0.0 for name, _ in CATEGORIES}
+    totals["other (NumPy, stdlib, file IO)"] = 0.0
+    for (filename, _, func), (_, _, tottime, _, _) in pstats.Stats(prof).stats.items():
+        where = f"{filename}:{func}"
+        for name, needles in CATEGORIES:
+            if any(n in where for n in needles):
+                totals[name] += tottime
+                break
+        else:
+            totals["other (NumPy, stdlib, file IO)"] += tottime
+    whole = sum(totals.values()) or 1.0
+    return {k: v / whole for k, v in totals.items()}
+
+
+def marginal(run, small, large, repeat=2):
+    """(items/s, start-up s) from wall times at two sizes (fastest of ``repeat`` runs
+    each): a pipeline's start-up (seconds, more with worker processes) cancels out of
+    the difference. None when load from other work swamped the difference."""
+    t_small = min(run(small) for _ in range(repeat))
+    t_large = min(run(large) for _ in range(repeat))
+    if t_large <= t_small * 1.05:
+        return None, t_small
+    rate = (large - small) / (t_large - t_small)
+    return rate, max(t_small - small / rate, 0.0)
 
 
 def main():
@@ -132,6 +199,7 @@ def main():
     ap.add_argument("--beam-images", type=int, default=600)
     ap.add_argument("--audio", type=int, default=12)
     ap.add_argument("--no-beam", action="store_true")
+    ap.add_argument("--no-beam-rates", action="store_true", help="only the profile of the Beam runs")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="bench_transforms_")
@@ -186,6 +254,7 @@ def main():
     results.append(("Audio(mono) 44.1 kHz stereo WAV", seconds_audio / t_a, amb / t_a, "audio s/s in the first column"))
     results.append(("Audio(16 kHz, mono) resample (soxr_hq)", seconds_audio / t_ar, amb / t_ar, "audio s/s in the first column"))
 
+    print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"\n{n} JPEG files 320x240 q90, {mb:.1f} MB; {args.audio} WAV clips of 5 s 44.1 kHz stereo\n")
     print("| what | items/s | MB/s | note |\n|---|---:|---:|---|")
     for name, ips, mbs, note in results:
@@ -195,16 +264,56 @@ def main():
     if args.no_beam:
         return
     reps = max(1, args.beam_images // n)
-    brows = [{"image": p, "id": i} for i, p in enumerate(paths * reps)]
-    bmb = mb * reps
-    print(f"\nBeam (DirectRunner; {len(brows)} images, {bmb:.1f} MB; wall time incl. pipeline start-up)\n")
-    print("| pipeline | workers | images/s | MB/s | wall s |\n|---|---:|---:|---:|---:|")
+    mb_per_image = mb / n
+    small = [{"image": p, "id": i} for i, p in enumerate(paths * reps)]
+    large = [{"image": p, "id": i} for i, p in enumerate(paths * reps * 3)]
+    by_len = {len(small): small, len(large): large}
+    a_small = [{"audio": p} for p in apaths]
+    a_large = a_small * 3
+    a_by_len = {len(a_small): a_small, len(a_large): a_large}
+    sec_per_clip = 5.0
+    for size, rows_ in by_len.items():
+        write_all(encode_all(rows_, keep), os.path.join(tmp, f"dec{size}.tfrecord"))
+    print(f"\nWhere the time goes: cProfile of one in-process (1 worker) Beam run each after a warm-up run "
+          f"({len(small)} images / {len(a_small)} clips, pipeline start-up included), share of profiled time\n")
+    jobs = {
+        "encode keep bytes": lambda: beam_encode(small, keep, os.path.join(tmp, "pk"), 1),
+        "encode JPEG 224": lambda: beam_encode(small, jpeg, os.path.join(tmp, "pj"), 1),
+        "decode (split read)": lambda: beam_decode(os.path.join(tmp, f"dec{len(small)}.tfrecord"), keep, 1),
+        "encode audio 16 kHz": lambda: beam_encode(a_small, {"audio": Audio(sample_rate=16000, mono=True)}, os.path.join(tmp, "pa"), 1),
+    }
+    for job in jobs.values():  # warm up: imports, numba JIT in librosa, Beam's caches
+        job()
+    shares = {name: profile_breakdown(job) for name, job in jobs.items()}
+    cats = list(next(iter(shares.values())))
+    print("| component | " + " | ".join(jobs) + " |\n|---|" + "---:|" * len(jobs))
+    for cat in cats:
+        print(f"| {cat} | " + " | ".join(f"{shares[j][cat]:.0%}" for j in jobs) + " |")
+    sys.stdout.flush()
+    if args.no_beam_rates:
+        return
+
+    print(f"\nBeam, DirectRunner: marginal throughput from runs of {len(small)} and {len(large)} images "
+          f"({args.audio} and {3 * args.audio} clips; fastest of 2 runs each), so pipeline start-up is reported apart; sink/source = tfrecord_io\n")
+    print("| pipeline | workers | items/s | MB/s | start-up s |\n|---|---:|---:|---:|---:|")
     for workers in (1, 2):
-        base = beam_run(brows, keep, os.path.join(tmp, f"base{workers}"), workers, encode=False)
-        print(f"| read bytes -> sink (Beam + sink alone) | {workers} | {len(brows) / base:,.0f} | {bmb / base:,.1f} | {base:.1f} |")
-        for name, spec in (("Image keep bytes", keep), ("Image re-encode JPEG 224", jpeg)):
-            wall = beam_run(brows, spec, os.path.join(tmp, f"{name[:5]}{workers}"), workers)
-            print(f"| {name} -> sink | {workers} | {len(brows) / wall:,.0f} | {bmb / wall:,.1f} | {wall:.1f} |")
+        cases = [
+            ("read file bytes -> sink (Beam + sink alone)", lambda k: beam_encode(by_len[k], None, os.path.join(tmp, f"b{workers}-{k}"), workers), len(small), len(large), mb_per_image),
+            ("EncodeExample Image keep bytes -> sink", lambda k: beam_encode(by_len[k], keep, os.path.join(tmp, f"k{workers}-{k}"), workers), len(small), len(large), mb_per_image),
+            ("EncodeExample Image re-encode JPEG 224 -> sink", lambda k: beam_encode(by_len[k], jpeg, os.path.join(tmp, f"j{workers}-{k}"), workers), len(small), len(large), mb_per_image),
+            ("split read -> DecodeExample (JPEG -> array)", lambda k: beam_decode(os.path.join(tmp, f"dec{k}.tfrecord"), keep, workers), len(small), len(large), mb_per_image),
+            ("EncodeExample Audio(16 kHz, mono) -> sink [audio s/s]", lambda k: beam_encode(a_by_len[k], {"audio": Audio(sample_rate=16000, mono=True)}, os.path.join(tmp, f"a{workers}-{k}"), workers), len(a_small), len(a_large), None),
+        ]
+        for name, run, lo, hi, mb_each in cases:
+            rate, startup = marginal(run, lo, hi)
+            if rate is None:
+                print(f"| {name} | {workers} | n/a (machine too busy) | | {startup:.1f} |")
+            elif mb_each is None:  # audio: report seconds of audio per second
+                clip_mb = amb / args.audio
+                print(f"| {name} | {workers} | {rate * sec_per_clip:,.0f} | {rate * clip_mb:,.1f} | {startup:.1f} |")
+            else:
+                print(f"| {name} | {workers} | {rate:,.0f} | {rate * mb_each:,.1f} | {startup:.1f} |")
+            sys.stdout.flush()
 
 
 if __name__ == "__main__":

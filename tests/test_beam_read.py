@@ -65,8 +65,11 @@ def read_with(pattern, workdir, multi=False, **kwargs):
     return run_pipeline(build, workdir, multi=multi)
 
 
-def make_fn(desired=1 << 20, on_corrupt="fail", index_pattern=None):
-    return _ReadTFRecordFn(desired, coders.BytesCoder(), "bytes", None, False, None, on_corrupt, True, index_pattern)
+def make_fn(desired=1 << 20, on_corrupt="fail", index_pattern=None, claim_chunk=None):
+    fn = _ReadTFRecordFn(desired, coders.BytesCoder(), "bytes", None, False, None, on_corrupt, True, index_pattern)
+    if claim_chunk:
+        fn._claim_chunk = claim_chunk  # records read ahead per claim (256 by default)
+    return fn
 
 
 def run_ranges(fn, path, cuts):
@@ -155,14 +158,21 @@ def test_exactly_once_at_arbitrary_cut_points(sizes, cut_fracs, use_index):
 
 
 @settings(max_examples=150, deadline=None)
-@given(sizes=record_sizes, after=st.integers(0, 30), fraction=st.floats(0, 1), use_index=st.booleans())
-def test_dynamic_split_mid_range_reads_each_record_once(sizes, after, fraction, use_index):
-    """``try_split`` while a range is being read: primary + residual = the whole range."""
+@given(
+    sizes=record_sizes,
+    after=st.integers(0, 30),
+    fraction=st.floats(0, 1),
+    use_index=st.booleans(),
+    claim_chunk=st.integers(1, 6),
+)
+def test_dynamic_split_mid_range_reads_each_record_once(sizes, after, fraction, use_index, claim_chunk):
+    """``try_split`` while a range is being read: primary + residual = the whole range,
+    including splits that land inside a chunk of records read ahead of their claim."""
     with tempfile.TemporaryDirectory() as d:
         records = payloads(sizes, seed=2)
         path = write_file(os.path.join(d, "a.tfrecord"), records, index=use_index)
         size = os.path.getsize(path)
-        fn = make_fn(index_pattern=None if use_index else False)
+        fn = make_fn(index_pattern=None if use_index else False, claim_chunk=claim_chunk)
         element = (path, size, "")
         tracker = fn.create_tracker(OffsetRange(0, size))
         got, residual = [], None
@@ -252,8 +262,13 @@ def test_dead_letter_reports_the_corrupt_middle_once_and_keeps_the_rest(tmp_path
 
 
 @settings(max_examples=200, deadline=None)
-@given(cut_fracs=st.lists(st.floats(0, 1), max_size=10), k=st.integers(0, 17), use_index=st.booleans())
-def test_dead_letter_exactly_once_at_any_cut_points(cut_fracs, k, use_index):
+@given(
+    cut_fracs=st.lists(st.floats(0, 1), max_size=10),
+    k=st.integers(0, 17),
+    use_index=st.booleans(),
+    claim_chunk=st.integers(1, 4),
+)
+def test_dead_letter_exactly_once_at_any_cut_points(cut_fracs, k, use_index, claim_chunk):
     """Including a cut right after the last good record before the corruption: the
     range before the cut must report it, the range after must not skip it silently."""
     with tempfile.TemporaryDirectory() as d:
@@ -264,7 +279,38 @@ def test_dead_letter_exactly_once_at_any_cut_points(cut_fracs, k, use_index):
         offs = offsets_of(records)
         edge = [start, start + 1, start - 1, offs[k + 1]] if k > 0 else [start + 1]
         cuts = sorted({0, size, *(int(f * size) for f in cut_fracs), *(c for c in edge if 0 <= c <= size)})
-        got, dead = run_ranges(make_fn(on_corrupt="dead_letter", index_pattern=None if use_index else False), path, cuts)
+        fn = make_fn(on_corrupt="dead_letter", index_pattern=None if use_index else False, claim_chunk=claim_chunk)
+        got, dead = run_ranges(fn, path, cuts)
+        assert Counter(got) == Counter(records[:k] + records[k + 2 :])
+        assert [(e["start"], e["end"]) for e in dead] == [(start, end)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    k=st.integers(0, 17),
+    after=st.integers(0, 20),
+    fraction=st.floats(0, 1),
+    claim_chunk=st.integers(1, 5),
+    use_index=st.booleans(),
+)
+def test_dead_letter_exactly_once_with_a_dynamic_split(k, after, fraction, claim_chunk, use_index):
+    with tempfile.TemporaryDirectory() as d:
+        records = payloads([40 + 7 * i for i in range(20)], seed=6)
+        path = write_file(os.path.join(d, "bad.tfrecord"), records, index=use_index)
+        start, end = corrupt_middle(path, records, k)
+        size = os.path.getsize(path)
+        fn = make_fn(on_corrupt="dead_letter", index_pattern=None if use_index else False, claim_chunk=claim_chunk)
+        tracker = fn.create_tracker(OffsetRange(0, size))
+        got, dead, residual = [], [], None
+        for i, item in enumerate(fn.process((path, size, ""), tracker)):
+            (dead.append(item.value) if isinstance(item, TaggedOutput) else got.append(item))
+            if i == after:
+                split = tracker.try_split(fraction)
+                residual = split[1] if split else None
+        tracker.check_done()
+        if residual is not None:
+            more, more_dead = run_ranges(fn, path, [residual.start, residual.stop])
+            got, dead = got + more, dead + more_dead
         assert Counter(got) == Counter(records[:k] + records[k + 2 :])
         assert [(e["start"], e["end"]) for e in dead] == [(start, end)]
 
@@ -356,6 +402,19 @@ def test_compressed_files_are_read_whole_once(tmp_path, kind, suffix):
     assert metrics[(NS, "restrictions")] == 3  # one unsplittable restriction per file
 
 
+def test_dead_letter_inside_a_gzip_stream(tmp_path):
+    """Offsets of a compressed file are positions in the decompressed stream."""
+    records = payloads([60] * 40, seed=31)
+    raw = bytearray(b"".join(tfio.encode_frame(r) for r in records))
+    offs = offsets_of(records)
+    raw[offs[20] + 30] ^= 0xFF  # break record 20's data CRC
+    (tmp_path / "bad.tfrecord.gz").write_bytes(gzip.compress(bytes(raw)))
+    out, metrics = read_with(str(tmp_path / "bad.tfrecord.gz"), str(tmp_path), on_corrupt="dead_letter")
+    assert multiset(out["records"]) == multiset(records[:20] + records[21:])
+    assert [(e["start"], e["end"]) for e in out["dead"]] == [(offs[20], offs[21])]
+    assert metrics[(NS, "corrupt_regions")] == 1
+
+
 def test_gzip_with_explicit_compression_type_and_no_suffix(tmp_path):
     records = payloads([10] * 30, seed=30)
     raw = b"".join(tfio.encode_frame(r) for r in records)
@@ -431,6 +490,7 @@ def test_read_all_from_patterns_metadata_and_readable_files(tmp_path):
         return {
             "from_patterns": patterns | "ReadPatterns" >> ReadAllFromTFRecord(desired_bundle_size=500),
             "from_metadata": patterns | fileio.MatchAll() | "ReadMeta" >> ReadAllFromTFRecord(desired_bundle_size=500),
+            "with_filename": patterns | "ReadNamed" >> ReadAllFromTFRecord(with_filename=True, desired_bundle_size=500),
             "from_readable": p
             | "P2" >> beam.Create([pattern])
             | "M2" >> fileio.MatchAll()
@@ -441,6 +501,8 @@ def test_read_all_from_patterns_metadata_and_readable_files(tmp_path):
     out, _ = run_pipeline(build, str(tmp_path))
     for name in ("from_patterns", "from_metadata", "from_readable"):
         assert multiset(out[name]) == multiset(recs_a + recs_b), name
+    named = Counter((os.path.basename(f), r) for f, r in out["with_filename"])
+    assert named == Counter([("a.tfrecord", r) for r in recs_a] + [("b.tfrecord", r) for r in recs_b])
 
 
 def test_validate_and_option_errors(tmp_path):
@@ -468,3 +530,23 @@ def test_explicit_index_pattern_is_used(tmp_path):
 def test_lazy_package_attribute():
     assert tfio.ReadFromTFRecord is ReadFromTFRecord
     assert tfio.ReadAllFromTFRecord is ReadAllFromTFRecord
+    from tfrecord_io.beam_sink import WriteToTFRecord
+
+    assert tfio.WriteToTFRecord is WriteToTFRecord
+
+
+GOLDEN_DIR = os.path.join(os.path.dirname(__file__), "golden")
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(GOLDEN_DIR, "manifest.json")), reason="golden files not in this checkout")
+def test_reads_tensorflow_golden_files_plain_gzip_zlib(tmp_path):
+    """With the committed TensorFlow golden files present: split reads of the plain file
+    (1-byte cuts exercise resync through every frame) and whole reads of GZIP/ZLIB."""
+    import base64
+    import json
+
+    manifest = json.load(open(os.path.join(GOLDEN_DIR, "manifest.json")))
+    expected = [base64.b64decode(r["payload_b64"]) for r in manifest["records"]]
+    for name in ("records.tfrecord", "records.tfrecord.gz", "records.tfrecord.zz"):
+        out, _ = read_with(os.path.join(GOLDEN_DIR, name), str(tmp_path), desired_bundle_size=64, index_pattern=False)
+        assert multiset(out["records"]) == multiset(expected), name

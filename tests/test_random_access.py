@@ -127,3 +127,21 @@ def test_read_indexed_errors_name_the_record(tmp_path):
         f.truncate(30)
     with pytest.raises(TruncatedRecordError):
         list(read_indexed(two, RecordIndex(np.array([0, 20]), np.array([20, 24]))))
+
+
+def test_read_indexed_through_filesystems_blocks(tmp_path, monkeypatch):
+    """The path for remote files (blocks read through Beam's FileSystems, no mmap),
+    exercised on a local file by routing it as if it were remote."""
+    from tfrecord_io import files
+    from tfrecord_io.index import load_index
+    from tfrecord_io.random_access import read_indexed
+
+    path = str(tmp_path / "a.tfrecord")
+    index = load_index(write_examples(path, range(40), index=True))
+    expected = [(o, bytes(d)) for o, d in read_records(path)]
+    offset = record_offsets(path)[25][0]
+    monkeypatch.setattr(files, "is_remote", lambda p: True)
+    assert [(o, bytes(d)) for o, d in read_indexed(path, index, block_size=900)] == expected
+    corrupt_data_byte(path, 25)
+    with pytest.raises(CorruptRecordError, match=f"byte offset {offset}"):
+        list(read_indexed(path, index, block_size=900))

@@ -65,10 +65,16 @@ def test_ranges_on_golden_file_every_split_point():
     assert expected
 
 
-def test_range_end_before_start_is_empty(tmp_path):
+def test_range_edge_cases(tmp_path):
     path = write_payloads(tmp_path / "e.tfrecord", [b"a", b"b"])
     assert list(tfio.read_records(path, 10, 5)) == []
     assert list(tfio.read_records(path, 5, 5)) == []
+    assert list(tfio.read_records(path, 10_000, None)) == []  # past the end
+    assert len(list(tfio.read_records(path, 0, 10**12))) == 2
+    with pytest.raises(ValueError, match="negative"):
+        list(tfio.read_records(path, -1, None))
+    with pytest.raises(ValueError, match="on_corrupt"):
+        list(tfio.read_records(path, on_corrupt="ignore"))
 
 
 def test_record_ranges_tile():

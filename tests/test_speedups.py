@@ -517,3 +517,11 @@ def test_loader_equals_per_record_parse(tmp_path):
     assert _same(fast, expected)
     fast[0]["v"][...] = 0  # arrays are writable and independent of the next record's
     assert _same(fast[1], expected[1])
+
+
+def test_description_key_that_is_not_utf8_fails_as_on_the_upb_path():
+    record, description = _example(a=1), {"\ud800": "int"}
+    with pytest.raises(Exception) as upb:
+        codec.parse_example(record, description)
+    with pytest.raises(type(upb.value)):
+        codec.parse_examples([record], description)

@@ -225,3 +225,35 @@ def test_corrupt_record_with_index_surfaces_from_worker(tmp_path):
     ds = TFRecordDataset(path, index, ["id"])
     with pytest.raises(RuntimeError, match=rf"bad.tfrecord, byte offset {offset}: corrupt record data"):
         epoch_ids(ds, 2)
+
+
+def test_persistent_workers_reshuffle_each_epoch(big_file):
+    path, index = big_file
+    for seed in (None, 4):
+        ds = TFRecordDataset(path, index, ["id"], shuffle_queue_size=64, seed=seed)
+        torch.manual_seed(0)
+        loader = DataLoader(ds, batch_size=16, num_workers=2, persistent_workers=True, collate_fn=ids_of)
+        first, second = ([i for b in loader for i in b] for _ in range(2))
+        assert sorted(first) == sorted(second) == list(range(N))
+        assert first != second
+
+
+def test_pickled_dataset_reads_the_same(big_file):
+    import pickle
+
+    path, index = big_file
+    ds = TFRecordDataset(path, index, ["id"], rank=1, world_size=2)
+    expected = [int(r["id"][0]) for r in ds]  # caches the file descriptions
+    clone = pickle.loads(pickle.dumps(ds))  # as a spawned worker receives it
+    assert [int(r["id"][0]) for r in clone] == expected and len(clone) == len(expected)
+
+
+def test_index_path_arguments_are_checked(tmp_path):
+    a, b = str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord")
+    ia = write_examples(a, range(10), index=True)
+    ib = write_examples(b, range(10, 30), index=True)
+    assert sorted(int(r["id"][0]) for r in TFRecordDataset([a, b], [ia, ib], ["id"])) == list(range(30))
+    with pytest.raises(ValueError, match="one index path per data file"):
+        list(TFRecordDataset([a, b], ia))
+    with pytest.raises(ValueError, match="2 data files but 1"):
+        list(TFRecordDataset([a, b], [ia]))

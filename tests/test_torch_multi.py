@@ -137,3 +137,20 @@ def test_transform_applies(splits_dir):
     ds = MultiTFRecordDataset(str(splits_dir / "{}.tfrecord"), None, {"b": 1}, ["id"], infinite=False,
                               transform=lambda r: int(r["id"][0]) - 1000)
     assert sorted(ds) == list(range(B))
+
+
+def test_tiny_split_with_more_workers_than_records(splits_dir, tmp_path):
+    write_examples(str(tmp_path / "tiny.tfrecord"), [5000, 5001])
+    ds = MultiTFRecordDataset({"a": str(splits_dir / "a.tfrecord"), "tiny": str(tmp_path / "tiny.tfrecord")},
+                              None, {"a": 1, "tiny": 1}, ["id"])
+    got = _take(ds, 2000, 3)  # worker 2 has no tiny record: it samples only "a", never spins
+    assert len(got) == 2000 and {5000, 5001} <= set(got)
+
+
+def test_index_pattern_for_a_split_of_many_files(tmp_path):
+    for k in range(2):
+        write_examples(str(tmp_path / f"ds-train.tfrecord-{k:05d}-of-00002"), range(k * 10, k * 10 + 10), index=True)
+    with pytest.raises(ValueError, match="index_pattern='auto'"):
+        MultiTFRecordDataset(str(tmp_path / "ds-{}.tfrecord-*"), str(tmp_path / "{}.index"), {"train": 1}).sources()
+    ds = MultiTFRecordDataset(str(tmp_path / "ds-{}.tfrecord-*"), "auto", {"train": 1}, ["id"], infinite=False)
+    assert len(ds) == 20 and sorted(int(r["id"][0]) for r in ds) == list(range(20))

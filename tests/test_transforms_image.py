@@ -267,3 +267,24 @@ def test_verify_false_reads_only_the_header_when_bytes_are_kept():
     assert err.stage == "decode"
     err = reject(cut, Image(verify=False, mode="L"))  # a conversion needs the pixels
     assert err.stage in ("decode", "transform")
+
+
+@pytest.mark.parametrize("fmt", ["jpeg", "webp", "bmp", "png", "tiff", "gif"])
+@pytest.mark.parametrize("mode", ["L", "LA", "RGB", "RGBA"])
+def test_reencoded_features_describe_what_a_decoder_gets(fmt, mode):
+    channels = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}[mode]
+    arr = pixels(6, 7, channels, seed=channels)
+    data = image_bytes(PILImage.fromarray(arr[..., 0] if channels == 1 else arr), "PNG")
+    feats, out = roundtrip(data, Image(reencode=fmt))
+    assert feats["image/format"] == fmt.encode()
+    stored = PILImage.open(io.BytesIO(feats["image/encoded"]))
+    stored.load()
+    from transforms.encoders.image import canonical_mode
+
+    # the file's own (canonical) mode has the channels the features claim: nothing invented
+    assert MODE_CHANNELS[canonical_mode(stored)] == int(feats["image/channels"][0]) == out.shape[2]
+    if fmt in ("png", "tiff"):
+        np.testing.assert_array_equal(out, arr)  # lossless formats: exact
+
+
+MODE_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4, "I;16": 1, "I": 1, "F": 1}

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam import coders
@@ -150,27 +150,29 @@ class _BucketRecords(beam.DoFn):
 
     def setup(self):
         self._encode = _encoder(self._coder)
+        self._passthrough = isinstance(self._coder, coders.BytesCoder)
 
     def start_bundle(self):
-        self._buffers: Dict[int, List[bytes]] = {}
-        self._sizes: Dict[int, int] = {}
+        self._buffers: List[List[bytes]] = [[] for _ in range(self._n)]
+        self._sizes: List[int] = [0] * self._n
 
     def process(self, element) -> Iterator[Tuple[int, List[bytes]]]:
-        data = self._encode(element)
+        data = element if self._passthrough and type(element) is bytes else bytes(self._encode(element))
         shard = crc32c(data) % self._n
-        buf = self._buffers.setdefault(shard, [])
-        buf.append(bytes(data))
-        self._sizes[shard] = self._sizes.get(shard, 0) + len(data)
+        buf = self._buffers[shard]
+        buf.append(data)
+        self._sizes[shard] += len(data)
         if len(buf) >= _FLUSH_RECORDS or self._sizes[shard] >= _FLUSH_BYTES:
             yield shard, buf
             self._buffers[shard] = []
             self._sizes[shard] = 0
 
     def finish_bundle(self):
-        for shard in sorted(self._buffers):
-            if self._buffers[shard]:
-                yield window.GlobalWindows.windowed_value((shard, self._buffers[shard]))
-        self._buffers = {}
+        for shard, buf in enumerate(self._buffers):
+            if buf:
+                yield window.GlobalWindows.windowed_value((shard, buf))
+        self._buffers = [[] for _ in range(self._n)]
+        self._sizes = [0] * self._n
 
 
 class _WriteShard(beam.DoFn):
@@ -389,7 +391,11 @@ class WriteToTFRecord(beam.PTransform):
         directory = os.path.dirname(self._prefix) if not files.is_remote(self._prefix) else self._prefix.rsplit("/", 1)[0]
         temp_dir = FileSystems.join(directory or ".", f".tfrecord-io-temp-{uuid.uuid4().hex}")
         spec = _WriteSpec(temp_dir, self._compression, self._write_index)
-        records = pcoll | "GlobalWindow" >> beam.WindowInto(window.GlobalWindows())
+        records = pcoll
+        if not isinstance(pcoll.windowing.windowfn, window.GlobalWindows):
+            # One set of shards for the whole input (re-windowing costs per element, so
+            # it is skipped when the input is already globally windowed).
+            records = pcoll | "GlobalWindow" >> beam.WindowInto(window.GlobalWindows())
         if self._num_shards:
             results = (
                 records

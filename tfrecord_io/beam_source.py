@@ -26,7 +26,7 @@ restriction per file, read whole.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import apache_beam as beam
 from apache_beam import coders
@@ -45,7 +45,7 @@ from apache_beam.typehints import Tuple as TupleHint
 
 from . import files
 from .codec import Description, parse_example
-from .errors import ExampleCodecError, IndexFileError, TFRecordError
+from .errors import ExampleCodecError, IndexFileError
 from .crc import masked_crc32c
 from .framing import FRAME_OVERHEAD, HEADER_SIZE, CorruptRegion, FrameStream
 from .index import RecordIndex, find_index, load_index
@@ -54,6 +54,10 @@ from .reader import read_records
 METRICS_NAMESPACE = "tfrecord_io"
 DEAD_LETTER = "dead_letter"
 DEFAULT_DESIRED_BUNDLE_SIZE = 64 << 20
+# Records read ahead and claimed together (by the last one's offset): one claim per
+# chunk rather than per record. Dynamic splits then land on chunk edges.
+_CLAIM_CHUNK = 256
+_CLAIM_CHUNK_BYTES = 4 << 20
 
 # A file as the splittable DoFn sees it: (path, stored size in bytes, compression kind).
 FileElement = Tuple[str, int, str]
@@ -141,6 +145,7 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
         index_pattern: IndexPattern,
     ):
         _TFRecordRestrictionProvider.__init__(self, desired_bundle_size)
+        self._claim_chunk = _CLAIM_CHUNK
         self._coder = coder
         self._raw_bytes = isinstance(coder, coders.BytesCoder)
         self._output = output
@@ -162,7 +167,7 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
     def _index_for(self, path: str, size: int) -> Optional[RecordIndex]:
         """The file's index if it is present and describes a file of this size.
 
-        Cached per DoFn instance: a file read as many ranges loads its index once.
+        Cached per DoFn instance (a few files): a file read as many ranges loads its index once.
         """
         key = (path, size)
         if key in self._index_cache:
@@ -177,7 +182,7 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
             if index is None or not index.matches(size):
                 self._stale.inc()
                 index = None
-        if len(self._index_cache) > 64:
+        if len(self._index_cache) >= 8:  # indexes of huge files are large: keep a few
             self._index_cache.clear()
         self._index_cache[key] = index
         return index
@@ -194,6 +199,8 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
             value = bytes(data)
         else:
             value = self._coder.decode(bytes(data))
+        if self._with_metadata == "filename":
+            return (path, value)
         if self._with_metadata:
             return (path, offset, value)
         return value
@@ -213,11 +220,7 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
 
     # ------------------------------------------------------------------ process
 
-    def process(
-        self,
-        element: FileElement,
-        tracker=beam.DoFn.RestrictionParam(),
-    ) -> Iterator[Any]:
+    def process(self, element: FileElement, tracker=beam.DoFn.RestrictionParam()) -> Iterator[Any]:
         path, size, kind = element
         restriction = tracker.current_restriction()
         self._ranges.inc()
@@ -237,20 +240,26 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
             index=index,
             on_corrupt="report" if self._dead_letter else "raise",
         )
-        batch: List[Any] = []
-        n_records = n_bytes = 0
-        end_of_last = None  # end of the last good frame read, if it was the last item
+        chunk = self._batch_size or self._claim_chunk
+        pending: List[Tuple[int, memoryview]] = []
+        append = pending.append
+        end_of_last = None  # end of the last good frame taken, if it was the last item
         stopped = False
         first = True
         for offset, item in items:
-            if isinstance(item, CorruptRegion):
+            if type(item) is not memoryview:  # a CorruptRegion
                 if first and start > 0:
                     # A range that starts from an index offset may land on a corrupt
                     # frame; the range before it reports that region (see module doc).
                     first = False
-                    end_of_last = None
                     continue
                 first = False
+                if pending:
+                    stopped = yield from self._emit(path, pending, tracker)
+                    pending = []
+                    append = pending.append
+                    if stopped:  # the region follows records of another range: theirs
+                        break
                 claimed = tracker.try_claim(offset)
                 self._corrupt.inc()
                 yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead_letter_entry(item))
@@ -260,33 +269,18 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
                     break
                 continue
             first = False
-            if not tracker.try_claim(offset):
-                stopped = True
-                break
-            n_records += 1
-            n_bytes += len(item)
-            end_of_last = offset + len(item) + FRAME_OVERHEAD
-            try:
-                value = self._value(path, offset, item)
-            except ExampleCodecError as err:
-                if not self._dead_letter:
-                    raise
-                self._corrupt.inc()
-                yield beam.pvalue.TaggedOutput(
-                    DEAD_LETTER, {"path": path, "start": offset, "end": end_of_last, "reason": err.reason}
-                )
-                continue
-            if self._batch_size:
-                batch.append(value)
-                if len(batch) >= self._batch_size:
-                    yield batch
-                    batch = []
-            else:
-                yield value
-        if batch:
-            yield batch
-        self._records.inc(n_records)
-        self._bytes.inc(n_bytes)
+            append((offset, item))
+            # Read ahead at most `chunk` records or ~4 MiB (offsets are file positions).
+            if len(pending) >= chunk or offset - pending[0][0] >= _CLAIM_CHUNK_BYTES:
+                end_of_last = offset + len(item) + FRAME_OVERHEAD
+                stopped = yield from self._emit(path, pending, tracker)
+                pending = []
+                append = pending.append
+                if stopped:
+                    break
+        if pending and not stopped:
+            end_of_last = pending[-1][0] + len(pending[-1][1]) + FRAME_OVERHEAD
+            stopped = yield from self._emit(path, pending, tracker)
         if not stopped:
             if end_of_last is not None and end_of_last >= stop and end_of_last < size:
                 region = self._next_frame_problem(path, size, end_of_last)
@@ -296,11 +290,60 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
             # Mark the rest of the range done (check_done needs a claim attempt at its end).
             tracker.try_claim(tracker.current_restriction().stop)
 
+    def _emit(self, path: str, pending: List[Tuple[int, memoryview]], tracker):
+        """Claim a chunk of records read ahead, by the offset of its last record, and
+        emit them. Returns True when the range ended (a split moved its end).
+
+        One claim covers the chunk: a split point is always after the last claimed
+        position, so every record at or before it is this range's. If the claim fails,
+        a split ended the range somewhere in the chunk: the records before the new end
+        are still ours (nobody else will read them) and the rest are not.
+        """
+        stopped = not tracker.try_claim(pending[-1][0])
+        if stopped:
+            limit = tracker.current_restriction().stop
+            pending = [(o, d) for o, d in pending if o < limit]
+        yield from self._values(path, pending)
+        return stopped
+
+    def _values(self, path: str, records: List[Tuple[int, memoryview]]) -> Iterator[Any]:
+        """Output for records this range owns: values (or one list of them), and a
+        dead-letter entry for each record that is not a valid Example."""
+        if not records:
+            return
+        if self._raw_bytes and self._output == "bytes" and not self._with_metadata:
+            values: List[Any] = [bytes(data) for _, data in records]  # the common case, fast
+            n_bytes = sum(map(len, values))
+        else:
+            values = []
+            n_bytes = 0
+            for offset, data in records:
+                try:
+                    values.append(self._value(path, offset, data))
+                except ExampleCodecError as err:
+                    if not self._dead_letter:
+                        raise
+                    self._corrupt.inc()
+                    yield beam.pvalue.TaggedOutput(
+                        DEAD_LETTER,
+                        {"path": path, "start": offset, "end": offset + len(data) + FRAME_OVERHEAD, "reason": err.reason},
+                    )
+                    continue
+                n_bytes += len(data)
+        self._records.inc(len(values))
+        self._bytes.inc(n_bytes)
+        if self._batch_size:
+            if values:
+                yield values
+        else:
+            yield from values
+
     def _process_whole(self, path: str, kind: str, tracker) -> Iterator[Any]:
+        """A compressed file: claim position 0 (the whole file) and read it all."""
         if not tracker.try_claim(0):
             return
-        batch: List[Any] = []
-        n_records = n_bytes = 0
+        chunk = self._batch_size or _CLAIM_CHUNK
+        pending: List[Tuple[int, memoryview]] = []
         for offset, item in read_records(
             path,
             compression_type=kind,
@@ -308,33 +351,17 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
             on_corrupt="report" if self._dead_letter else "raise",
         ):
             if isinstance(item, CorruptRegion):
+                yield from self._values(path, pending)
+                pending = []
                 self._corrupt.inc()
                 yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead_letter_entry(item))
                 continue
-            n_records += 1
-            n_bytes += len(item)
-            try:
-                value = self._value(path, offset, item)
-            except ExampleCodecError as err:
-                if not self._dead_letter:
-                    raise
-                self._corrupt.inc()
-                end = offset + len(item) + FRAME_OVERHEAD
-                yield beam.pvalue.TaggedOutput(
-                    DEAD_LETTER, {"path": path, "start": offset, "end": end, "reason": err.reason}
-                )
-                continue
-            if self._batch_size:
-                batch.append(value)
-                if len(batch) >= self._batch_size:
-                    yield batch
-                    batch = []
-            else:
-                yield value
-        if batch:
-            yield batch
-        self._records.inc(n_records)
-        self._bytes.inc(n_bytes)
+            pending.append((offset, item))
+            if len(pending) >= chunk:
+                yield from self._values(path, pending)
+                pending = []
+        if pending:
+            yield from self._values(path, pending)
 
 
 def _index_start_ok(path: str, index: RecordIndex, start: int) -> bool:
@@ -406,7 +433,9 @@ def _check_options(output: str, on_corrupt: str, batch_size: Optional[int], desi
 def _element_type(coder: coders.Coder, output: str, with_metadata: bool, batch_size: Optional[int]):
     """Output type hint, so Beam picks a fast coder between stages (not pickling)."""
     base: Any = bytes if output == "bytes" and isinstance(coder, coders.BytesCoder) else AnyHint
-    if with_metadata:
+    if with_metadata == "filename":
+        base = TupleHint[str, base]
+    elif with_metadata:
         base = TupleHint[str, int, base]
     if batch_size:
         base = ListHint[base]
@@ -418,7 +447,8 @@ class ReadAllFromTFRecord(beam.PTransform):
     or ``fileio.ReadableFile``, splitting each plain file into byte ranges.
 
     Arguments are those of :class:`ReadFromTFRecord` (without ``file_pattern`` and
-    ``validate``). With ``on_corrupt="dead_letter"`` the result is a
+    ``validate``); ``with_filename=True`` gives ``(path, record)`` pairs as Beam's
+    ``ReadAllFromTFRecord`` does. With ``on_corrupt="dead_letter"`` the result is a
     ``DoOutputsTuple``: ``result.records`` and ``result.dead_letter``.
     """
 
@@ -435,9 +465,14 @@ class ReadAllFromTFRecord(beam.PTransform):
         batch_size: Optional[int] = None,
         on_corrupt: str = "fail",
         check_crc: bool = True,
+        with_filename: bool = False,
     ):
         super().__init__()
         _check_options(output, on_corrupt, batch_size, desired_bundle_size)
+        if with_filename and with_metadata:
+            raise ValueError("with_filename gives (path, record), with_metadata (path, offset, record): pick one")
+        if with_filename:
+            with_metadata = "filename"  # type: ignore[assignment]
         self._compression_type = compression_type
         self._on_corrupt = on_corrupt
         self._element_type = _element_type(coder, output, with_metadata, batch_size)
@@ -479,7 +514,8 @@ class ReadFromTFRecord(beam.PTransform):
       the index matches the file, by resynchronisation otherwise.
     - ``desired_bundle_size``: bytes per initial range (default 64 MiB).
     - ``output="example"`` with ``description``: parsed Example dicts (NumPy values).
-    - ``with_metadata=True``: ``(path, offset, record)`` tuples.
+    - ``with_metadata=True``: ``(path, offset, record)`` tuples (``with_filename=True``:
+      ``(path, record)``, as Beam's ReadAll gives).
     - ``batch_size=N``: lists of up to N records (one range never mixes into another's
       list), which cuts Beam's per-element cost.
     - ``on_corrupt="dead_letter"``: return ``result.records`` and ``result.dead_letter``
@@ -505,6 +541,7 @@ class ReadFromTFRecord(beam.PTransform):
         batch_size: Optional[int] = None,
         on_corrupt: str = "fail",
         check_crc: bool = True,
+        with_filename: bool = False,
     ):
         super().__init__()
         if not isinstance(file_pattern, str) or not file_pattern:

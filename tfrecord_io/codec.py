@@ -355,7 +355,8 @@ def _fast_columns(records: Sequence, wanted: Optional[List[Tuple[str, Optional[s
     it leaves to upb, which then gives the result or the error)."""
     if _parse_examples is None or not wanted or any(kind is None for _, kind in wanted):
         return None
-    return _parse_examples(records, [k.encode("utf-8") for k, _ in wanted], [_KIND_CODES[k] for _, k in wanted])
+    keys = [k.encode("utf-8", "surrogatepass") for k, _ in wanted]  # never a match if not UTF-8
+    return _parse_examples(records, keys, [_KIND_CODES[k] for _, k in wanted])
 
 
 def _object_array(items: Sequence[Any]) -> np.ndarray:

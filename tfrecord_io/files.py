@@ -85,7 +85,17 @@ def open_raw(path: str, mode: str = "rb") -> BinaryIO:
 def file_size(path: str) -> int:
     """Size in bytes of the stored file."""
     if is_remote(path):
-        return _beam_filesystems().metadata(path).size_in_bytes
+        # Beam 2.77's FileSystems has no metadata(); match() on the exact path gives it.
+        from apache_beam.io.filesystem import BeamIOError
+
+        try:
+            found = _beam_filesystems().match([path])[0].metadata_list
+        except BeamIOError as err:
+            raise FileNotFoundError(f"{path}: {err}") from None
+        for meta in found:
+            if meta.path.rstrip("/") == str(path).rstrip("/"):
+                return int(meta.size_in_bytes)
+        raise FileNotFoundError(f"no such file: {path}")
     return os.path.getsize(_local(path))
 
 

@@ -10,13 +10,16 @@ Reading never trusts a length field: before bytes are allocated for a record, it
 length is checked against the bytes the file can still hold (or, for a compressed
 stream of unknown size, bytes are only gathered as they actually arrive).
 
-Records come back as ``memoryview`` slices of immutable read buffers: no copy is
+Records come back as read-only ``memoryview`` slices of the read buffers: no copy is
 made, and each view stays valid after iteration has moved on (it keeps its buffer
 alive), unlike the ``tfrecord`` package, whose views are overwritten by the next read.
+A buffer is reused for later reads only once no view of it is alive any more (see
+``FrameStream._refill``), which saves allocating fresh memory for every chunk.
 
-Hot path: scanning a buffer for frames is done by ``_speedups.scan_frames`` (C, with
-hardware CRC32C) when the extension is built, else by :func:`_scan_frames_py`, which
-makes a constant number of C calls per record (no per-byte Python loop).
+Hot path: scanning a buffer for frames is done by ``_speedups.RecordScanner`` (C, with
+hardware CRC32C; an iterator of ``(offset, view)`` with ``scan_frames``'s stopping
+rules) when the extension is built, else by :func:`_scan_frames_py`, which makes a
+constant number of C calls per record (no per-byte Python loop).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import gzip
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterator, List, Optional, Tuple, Union
+from typing import BinaryIO, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -195,7 +198,12 @@ class FrameStream:
         have = avail
         target = max(need, self._chunk)
         while have < target:
-            piece = self._read(max(self._chunk, min(target - have, 1 << 26)))
+            want = min(target - have, 1 << 26)
+            if self._size is None:
+                # a stream of unknown size: grow geometrically, so a corrupt huge length
+                # costs at most about twice the bytes that really arrive
+                want = min(want, max(have, self._chunk))
+            piece = self._read(max(self._chunk, want))
             if not piece:
                 self._eof = True
                 break
@@ -332,7 +340,7 @@ class FrameStream:
         scan = _scan_frames
         scanner = _RecordScanner
         check = self.check_crc
-        out: List[Any] = []
+        out: List[int] = []
         big = 1 << 62
         while True:
             stop_rel = big if stop is None else stop - self._base

@@ -9,6 +9,7 @@ readers never share a file position. Nothing here imports torch or Beam.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -80,6 +81,15 @@ def _raise_block_error(path, buf, start, offsets, sizes, starts, expected, check
     raise CorruptRecordError("record does not match the index; is the index for this file?", path, offset)
 
 
+def _map_local(path: str) -> memoryview:
+    """A read-only memory map of a local file, as a memoryview (kept alive by its views)."""
+    with open(files._local(path), "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_SEQUENTIAL"):
+        mapped.madvise(mmap.MADV_SEQUENTIAL)
+    return memoryview(mapped)
+
+
 def read_indexed(
     path: str,
     index: RecordIndex,
@@ -90,12 +100,15 @@ def read_indexed(
 ) -> Iterator[Tuple[int, memoryview]]:
     """Yield ``(offset, data)`` for records ``first`` .. ``last - 1`` of an indexed file.
 
-    Because the index gives every frame's bounds, whole frames are read in blocks of
-    about ``block_size`` bytes, each into a buffer of its own (one copy from the
-    operating system, none to stitch a frame across two reads), and each record is a
-    view into its block. The frames of a block are scanned with both CRCs checked; a
-    length that disagrees with the index is a ``CorruptRecordError`` too, naming the
-    file and the offset.
+    Because the index gives every frame's bounds, no byte has to be copied to find
+    them: a local file is memory-mapped and each record is a view of the mapping (no
+    copy at all); a remote file is read in blocks of whole frames of about
+    ``block_size`` bytes, each into a buffer of its own. Frames are scanned a block at
+    a time with both CRCs checked; a length that disagrees with the index is a
+    ``CorruptRecordError`` too, naming the file and the offset. The views stay valid
+    after iteration moves on (they keep the mapping alive); as with any memory map, a
+    file truncated by another process while mapped makes reading its pages fail
+    (SIGBUS), so do not rewrite files that are being read.
     """
     count = len(index)
     last = count if last is None else min(last, count)
@@ -103,8 +116,19 @@ def read_indexed(
         return
     offsets, sizes = index.offsets, index.sizes
     ends = offsets[first:last] + sizes[first:last]
-    handle = files.open_raw(path, "rb") if files.is_remote(path) else os.open(path, os.O_RDONLY)
+    remote = files.is_remote(path)
+    handle: Any = files.open_raw(path, "rb") if remote else None
+    whole: Optional[memoryview] = None
     try:
+        if not remote:
+            whole = _map_local(path)
+            need = int(ends[-1])
+            if len(whole) < need:
+                raise TruncatedRecordError(
+                    f"truncated file: the index gives frames up to byte {need} but the file ends at {len(whole)}",
+                    path,
+                    len(whole),
+                )
         i = first
         while i < last:
             start = int(offsets[i])
@@ -112,30 +136,33 @@ def read_indexed(
             j = max(i + 1, first + int(np.searchsorted(ends, start + block_size, side="right")))
             j = min(j, last)
             size = int(ends[j - 1 - first]) - start
-            buf = _read_at(handle, start, size)
-            if len(buf) < size:
-                raise TruncatedRecordError(
-                    f"truncated file: the index gives frames up to byte {start + size} but the file "
-                    f"ends at {start + len(buf)}",
-                    path,
-                    start,
-                )
+            if whole is not None:
+                buf: Any = whole
+                base = 0
+            else:
+                buf = _read_at(handle, start, size)
+                base = start
+                if len(buf) < size:
+                    raise TruncatedRecordError(
+                        f"truncated file: the index gives frames up to byte {start + size} but the file "
+                        f"ends at {start + len(buf)}",
+                        path,
+                        start,
+                    )
             out: List[int] = []
-            pos, status = _scan_frames(buf, 0, size, check_crc, out)
+            pos, status = _scan_frames(buf, start - base, start - base + size, check_crc, out)
             starts = out[0::2]
-            expected = (offsets[i:j] - start + HEADER_SIZE).tolist()
-            if status in (BAD_LENGTH_CRC, BAD_DATA_CRC) or pos != size or starts != expected:
-                _raise_block_error(path, buf, start, offsets[i:j], sizes[i:j], starts, expected, check_crc)
-            mv = memoryview(buf)
+            expected = (offsets[i:j] - base + HEADER_SIZE).tolist()
+            if status in (BAD_LENGTH_CRC, BAD_DATA_CRC) or pos != start - base + size or starts != expected:
+                _raise_block_error(path, buf, base, offsets[i:j], sizes[i:j], starts, expected, check_crc)
+            mv = buf if isinstance(buf, memoryview) else memoryview(buf)
             lengths = out[1::2]
             for k in range(j - i):
                 a = starts[k]
-                yield start + a - HEADER_SIZE, mv[a : a + lengths[k]]
+                yield base + a - HEADER_SIZE, mv[a : a + lengths[k]]
             i = j
     finally:
-        if isinstance(handle, int):
-            os.close(handle)
-        else:
+        if handle is not None:
             handle.close()
 
 

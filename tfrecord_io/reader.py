@@ -52,6 +52,8 @@ def read_records(
     """
     if on_corrupt not in ("raise", "report"):
         raise ValueError("on_corrupt must be 'raise' or 'report'")
+    if start < 0:
+        raise ValueError(f"{path}: byte range start {start} is negative")
     kind = files.normalize_compression(compression_type, path)
     if kind and (start != 0 or end is not None):
         raise ValueError(f"{path}: a {kind.upper()} file cannot be read by byte range; read it whole")

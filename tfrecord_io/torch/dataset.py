@@ -18,7 +18,9 @@ shuffles the file order each epoch. Without ``seed``, the seeds come from PyTorc
 each DataLoader iterator (so each epoch) gets new worker seeds from torch's generator,
 and in the main process one is drawn from it, so ``torch.manual_seed(s)`` makes a run
 reproducible. With ``seed=s`` the order depends only on ``(s, epoch, shard)``; call
-``set_epoch(epoch)`` before each epoch, as with ``DistributedSampler``. Shuffling the
+``set_epoch(epoch)`` before each epoch, as with ``DistributedSampler``. With
+``persistent_workers=True`` the workers keep their copy (and never see ``set_epoch``):
+there each pass of a worker also counts, so every epoch still gets a new order. Shuffling the
 file order across several ranks needs ``seed`` (every rank must order the files alike).
 """
 
@@ -103,6 +105,7 @@ class _ShardedDataset(torch.utils.data.IterableDataset):
         self.world_size = world_size
         self.check_crc = check_crc
         self.epoch = 0
+        self._passes = 0  # iterations of this copy: persistent workers keep their copy
         self._decode = RecordDecoder(description, sequence_description)
 
     def set_epoch(self, epoch: int) -> None:
@@ -111,12 +114,21 @@ class _ShardedDataset(torch.utils.data.IterableDataset):
         self.epoch = int(epoch)
 
     def _seed_keys(self, ctx: ReadContext) -> Tuple[Tuple[Any, ...], Tuple[Any, ...]]:
-        """(key shared by every shard of this epoch, key of this shard)."""
+        """(key shared by every shard of this epoch, key of this shard).
+
+        In a worker both include how many times this copy has been iterated: a
+        persistent worker keeps its copy and its torch seed across epochs and never
+        sees ``set_epoch``, yet must shuffle differently each epoch (a fresh worker
+        always counts 1; every shard counts alike, so file orders still agree)."""
+        in_worker = ctx.worker_base_seed is not None
+        if in_worker:
+            self._passes += 1
+        passes = self._passes if in_worker else 0
         if self.seed is not None:
-            shared: Tuple[Any, ...] = ("seed", self.seed, self.epoch)
+            shared: Tuple[Any, ...] = ("seed", self.seed, self.epoch, passes)
             return shared, shared + (ctx.shard,)
-        base = ctx.worker_base_seed if ctx.worker_base_seed is not None else draw_torch_seed()
-        return ("torch", base), ("torch", base, ctx.rank, ctx.worker_id)
+        base = ctx.worker_base_seed if in_worker else draw_torch_seed()
+        return ("torch", base, passes), ("torch", base, passes, ctx.rank, ctx.worker_id)
 
     def _order(self, infos: Sequence[FileInfo], rng: Any, ctx: ReadContext) -> List[FileInfo]:
         out = list(infos)

@@ -83,7 +83,7 @@ _REWRITE_AS = {"MPO": "JPEG"}
 _WRITER_MODES = {
     "JPEG": {"L", "RGB"},
     "WEBP": {"RGB", "RGBA"},
-    "PNG": {"L", "LA", "RGB", "RGBA", "I;16"},
+    "PNG": {"L", "LA", "RGB", "RGBA", "I;16", "I"},
     "BMP": {"L", "RGB"},
     "TIFF": {"L", "LA", "RGB", "RGBA", "I;16", "F"},
     "GIF": {"L"},
@@ -225,6 +225,8 @@ class Image(Encoder):
         return image
 
     def _save(self, image: "PILImage.Image", fmt: str, where: str) -> bytes:
+        """The image file, converted first to a mode the writer keeps (JPEG has no
+        alpha: RGBA/LA are flattened to RGB/L)."""
         allowed = _WRITER_MODES.get(fmt)
         if allowed is not None and image.mode not in allowed:
             if image.mode in ("I;16", "I", "F") and fmt in ("JPEG", "WEBP", "GIF", "BMP"):
@@ -283,10 +285,9 @@ class Image(Encoder):
                 image = _to_mode(image, mode)
             encoded = self._save(image, target, where)
             fmt = target.lower()
-            if target in ("JPEG",) and mode not in ("L", "RGB"):
-                mode = "L" if mode in ("L", "LA") else "RGB"
-            if target == "WEBP" and mode not in ("RGB", "RGBA"):
-                mode = "RGBA" if mode in ("LA", "RGBA") else "RGB"
+            # Describe what was written, as any decoder will see it (a grayscale GIF is
+            # stored as a palette image, which decodes to RGB): reopen the header.
+            mode = canonical_mode(PILImage.open(io.BytesIO(encoded)))
             channels, dtype = MODE_INFO[mode]
         p = self.prefix(column)
         return {
