@@ -221,13 +221,18 @@ def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print) ->
                 | "ShardCounts" >> beam.combiners.ToDict()
                 | "NumShards" >> beam.Map(_shard_counts, fixed, target)
             )
+            # Shard keys are (split, shard, num_shards) tuples. Typed as KV[Any, Any] they
+            # are coded by Beam's (deterministic) FastPrimitivesCoder, which runners can
+            # treat as opaque bytes; inferred as Tuple[...] they would use Python's
+            # beam:coder:tuple:v1, which Prism 2.62 cannot decode at the GroupByKey
+            # (apache/beam#32636). The grouping, and so the shards, are the same.
             keyed = examples | "AssignShard" >> beam.Map(
                 lambda e, n: ((e[0], splits.assign_shard(str(e[1]), n[e[0]], seed), n[e[0]]), (e[1], e[2])),
                 beam.pvalue.AsSingleton(counts),
-            )
+            ).with_output_types(beam.typehints.KV[beam.typehints.Any, beam.typehints.Any])
             placeholders = counts | "EveryShard" >> beam.FlatMap(
                 lambda n: [((s, i, k), (0, None)) for s, k in sorted(n.items()) for i in range(k)]
-            )
+            ).with_output_types(beam.typehints.KV[beam.typehints.Any, beam.typehints.Any])
             (
                 (keyed, placeholders)
                 | "WithEmptyShards" >> beam.Flatten()

@@ -68,7 +68,8 @@ def runner_flags(name: str) -> List[str]:
     try:
         return beam_args(section, [])
     except RunnerSetupError as err:
-        pytest.fail(f"{err}\n(the runner tests need bash scripts/fetch-runners to have run)", pytrace=False)
+        missing = str(err)
+    pytest.fail(f"{missing}\n(the runner tests need bash scripts/fetch-runners to have run)", pytrace=False)
 
 
 def payloads(n: int, seed: int) -> List[bytes]:
@@ -193,12 +194,7 @@ def test_build_then_validate_then_find_a_corrupted_shard(name, demo_config, tmp_
     flags = runner_flags(name)
     out = str(tmp_path / "dataset")
     cfg = load_config(demo_config, [("output.dir", out), ("output.version", "v1")])
-    build_flags = flags
-    if name == "prism":
-        # Prism 2.62 cannot run the build job (see README "Running on a cluster"):
-        # build locally, validate on Prism.
-        build_flags = beam_args(None, [])
-    summary = run_build(cfg, PipelineOptions(build_flags), progress=False)
+    summary = run_build(cfg, PipelineOptions(flags), progress=False)
     version_dir = dataset_dir.resolve_dataset_dir(out)
     info = dataset_dir.load_info(version_dir)
     assert summary.written == info["records"] > 0
