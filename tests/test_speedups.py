@@ -525,3 +525,28 @@ def test_description_key_that_is_not_utf8_fails_as_on_the_upb_path():
         codec.parse_example(record, description)
     with pytest.raises(type(upb.value)):
         codec.parse_examples([record], description)
+
+
+class _ReadOnlyStream:
+    """A stream with read() but no readinto(), like some remote file objects."""
+
+    def __init__(self, f):
+        self._f = f
+
+    def read(self, n=-1):
+        return self._f.read(n)
+
+
+def test_streams_without_readinto_read_the_same(tmp_path):
+    path = str(tmp_path / "f.tfrecord")
+    payloads = [os.urandom(n) for n in np.random.default_rng(1).integers(0, 900, 500)]
+    with writer.RecordWriter(path) as w:
+        w.write_records(payloads)
+    size = os.path.getsize(path)
+    for chunk in (64, 1000, 1 << 20):
+        with open(path, "rb") as f:
+            stream = framing.FrameStream(_ReadOnlyStream(f), path=path, size=size, chunk_size=chunk)
+            assert [bytes(v) for _, v in stream.frames()] == payloads
+        with open(path, "rb") as f:
+            stream = framing.FrameStream(f, path=path, size=size, chunk_size=chunk)
+            assert [bytes(v) for _, v in stream.frames()] == payloads
