@@ -550,3 +550,13 @@ def test_streams_without_readinto_read_the_same(tmp_path):
         with open(path, "rb") as f:
             stream = framing.FrameStream(f, path=path, size=size, chunk_size=chunk)
             assert [bytes(v) for _, v in stream.frames()] == payloads
+
+
+class _Str(str):
+    pass
+
+
+def test_type_names_of_str_subclasses_go_the_python_way():
+    datum = {"a": (b"x", _Str("byte"))}
+    assert S.encode_example(datum, codec._TYPE_CODES) is None
+    assert codec.serialize_example(datum) == _upb_bytes(datum)

@@ -836,6 +836,7 @@ static PyObject *py_encode_example(PyObject *self, PyObject *const *args, Py_ssi
     PyObject *key, *raw, *result = NULL;
     Py_ssize_t pos = 0, i = 0;
     while (PyDict_Next(datum, &pos, &key, &raw)) {
+        if (i >= count) goto fallback; /* cannot happen: no Python code runs in this loop */
         EncItem *it = &items[i++];
         if (!PyUnicode_Check(key)) goto fallback;
         it->key = PyUnicode_AsUTF8AndSize(key, &it->klen);
@@ -846,6 +847,8 @@ static PyObject *py_encode_example(PyObject *self, PyObject *const *args, Py_ssi
         PyObject *value = raw;
         int kind = KIND_NONE;
         if (PyTuple_Check(raw) && PyTuple_GET_SIZE(raw) == 2 && PyUnicode_Check(PyTuple_GET_ITEM(raw, 1))) {
+            /* only an exact str is looked up: that runs no Python code (__hash__, __eq__) */
+            if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(raw, 1))) goto fallback;
             PyObject *k = PyDict_GetItemWithError(type_map, PyTuple_GET_ITEM(raw, 1));
             if (!k) {
                 PyErr_Clear();
