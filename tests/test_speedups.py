@@ -50,22 +50,42 @@ def test_crc32c_matches_the_crc32c_package_on_both_paths(data, offset):
     view = memoryview(data)[min(offset, len(data)) :]
     expected = crc32c_pkg(view)
     assert S.crc32c(view) == expected
-    if S.HARDWARE_CRC:
-        previous = S._use_hardware_crc(False)
+    for impl in _crc_impls():
+        previous = S._crc_impl(impl)
         try:
-            assert S.crc32c(view) == expected  # the portable table path
+            assert S.crc32c(view) == expected, impl
         finally:
-            S._use_hardware_crc(previous)
+            S._crc_impl(previous)
     assert S.masked_crc32c(view) == crc._masked_crc32c_py(view)
+
+
+def _crc_impls():
+    """The CRC32C codes this CPU can run: the table always, SSE4.2 and VPCLMULQDQ maybe."""
+    impls = []
+    for impl in ("table", "sse4.2", "vpclmulqdq"):
+        try:
+            S._crc_impl(S._crc_impl(impl))
+        except ValueError:
+            continue
+        impls.append(impl)
+    return impls
 
 
 def test_crc32c_block_boundaries_of_the_interleaved_path():
     # the 3-stream loops switch at multiples of 3*256 and 3*8192 bytes
+    # and the folding path starts at 1024 bytes, in steps of 256
     blob = os.urandom(3 * 8192 * 3 + 1000)
-    for n in (0, 1, 7, 8, 767, 768, 769, 24575, 24576, 24577, 49152, 73728, len(blob)):
-        for off in (0, 1, 5):
-            view = memoryview(blob)[off : off + n]
-            assert S.crc32c(view) == crc32c_pkg(view), (n, off)
+    sizes = (0, 1, 7, 8, 767, 768, 769, 1023, 1024, 1025, 1279, 1280, 1281, 24575, 24576, 24577, 49152, 73728, len(blob) - 5)
+    for impl in _crc_impls():
+        previous = S._crc_impl(impl)
+        try:
+            for n in sizes:
+                for off in (0, 1, 5):
+                    view = memoryview(blob)[off : off + n]
+                    assert S.crc32c(view) == crc32c_pkg(view), (impl, n, off)
+        finally:
+            S._crc_impl(previous)
+    assert "table" in _crc_impls() and S.CRC_IMPL in _crc_impls()
 
 
 def test_known_masked_crc_values():
