@@ -580,3 +580,21 @@ def test_type_names_of_str_subclasses_go_the_python_way():
     datum = {"a": (b"x", _Str("byte"))}
     assert S.encode_example(datum, codec._TYPE_CODES) is None
     assert codec.serialize_example(datum) == _upb_bytes(datum)
+
+
+def test_loader_yields_good_examples_before_an_unparsable_one(tmp_path):
+    path = str(tmp_path / "f.tfrecord")
+    records = [_example(label=i) for i in range(50)]
+    records[30] = b"\x0a\x05junk"  # a frame whose payload is no Example
+    with writer.RecordWriter(path) as w:
+        w.write_records(records)
+    got = []
+    with pytest.raises(codec.ExampleCodecError):
+        for example in reader.example_loader(path, None, {"label": "int"}):
+            got.append(int(example["label"][0]))
+    assert got == list(range(30))
+
+
+def test_no_records_parse_to_nothing():
+    assert codec.parse_examples([], {"a": "int"}) == []
+    assert list(codec.parse_example_stream(iter([]), {"a": "float"})) == []
