@@ -50,22 +50,42 @@ def test_crc32c_matches_the_crc32c_package_on_both_paths(data, offset):
     view = memoryview(data)[min(offset, len(data)) :]
     expected = crc32c_pkg(view)
     assert S.crc32c(view) == expected
-    if S.HARDWARE_CRC:
-        previous = S._use_hardware_crc(False)
+    for impl in _crc_impls():
+        previous = S._crc_impl(impl)
         try:
-            assert S.crc32c(view) == expected  # the portable table path
+            assert S.crc32c(view) == expected, impl
         finally:
-            S._use_hardware_crc(previous)
+            S._crc_impl(previous)
     assert S.masked_crc32c(view) == crc._masked_crc32c_py(view)
+
+
+def _crc_impls():
+    """The CRC32C codes this CPU can run: the table always, SSE4.2 and VPCLMULQDQ maybe."""
+    impls = []
+    for impl in ("table", "sse4.2", "vpclmulqdq"):
+        try:
+            S._crc_impl(S._crc_impl(impl))
+        except ValueError:
+            continue
+        impls.append(impl)
+    return impls
 
 
 def test_crc32c_block_boundaries_of_the_interleaved_path():
     # the 3-stream loops switch at multiples of 3*256 and 3*8192 bytes
+    # and the folding path starts at 1024 bytes, in steps of 256
     blob = os.urandom(3 * 8192 * 3 + 1000)
-    for n in (0, 1, 7, 8, 767, 768, 769, 24575, 24576, 24577, 49152, 73728, len(blob)):
-        for off in (0, 1, 5):
-            view = memoryview(blob)[off : off + n]
-            assert S.crc32c(view) == crc32c_pkg(view), (n, off)
+    sizes = (0, 1, 7, 8, 767, 768, 769, 1023, 1024, 1025, 1279, 1280, 1281, 24575, 24576, 24577, 49152, 73728, len(blob) - 5)
+    for impl in _crc_impls():
+        previous = S._crc_impl(impl)
+        try:
+            for n in sizes:
+                for off in (0, 1, 5):
+                    view = memoryview(blob)[off : off + n]
+                    assert S.crc32c(view) == crc32c_pkg(view), (impl, n, off)
+        finally:
+            S._crc_impl(previous)
+    assert "table" in _crc_impls() and S.CRC_IMPL in _crc_impls()
 
 
 def test_known_masked_crc_values():
@@ -525,3 +545,56 @@ def test_description_key_that_is_not_utf8_fails_as_on_the_upb_path():
         codec.parse_example(record, description)
     with pytest.raises(type(upb.value)):
         codec.parse_examples([record], description)
+
+
+class _ReadOnlyStream:
+    """A stream with read() but no readinto(), like some remote file objects."""
+
+    def __init__(self, f):
+        self._f = f
+
+    def read(self, n=-1):
+        return self._f.read(n)
+
+
+def test_streams_without_readinto_read_the_same(tmp_path):
+    path = str(tmp_path / "f.tfrecord")
+    payloads = [os.urandom(n) for n in np.random.default_rng(1).integers(0, 900, 500)]
+    with writer.RecordWriter(path) as w:
+        w.write_records(payloads)
+    size = os.path.getsize(path)
+    for chunk in (64, 1000, 1 << 20):
+        with open(path, "rb") as f:
+            stream = framing.FrameStream(_ReadOnlyStream(f), path=path, size=size, chunk_size=chunk)
+            assert [bytes(v) for _, v in stream.frames()] == payloads
+        with open(path, "rb") as f:
+            stream = framing.FrameStream(f, path=path, size=size, chunk_size=chunk)
+            assert [bytes(v) for _, v in stream.frames()] == payloads
+
+
+class _Str(str):
+    pass
+
+
+def test_type_names_of_str_subclasses_go_the_python_way():
+    datum = {"a": (b"x", _Str("byte"))}
+    assert S.encode_example(datum, codec._TYPE_CODES) is None
+    assert codec.serialize_example(datum) == _upb_bytes(datum)
+
+
+def test_loader_yields_good_examples_before_an_unparsable_one(tmp_path):
+    path = str(tmp_path / "f.tfrecord")
+    records = [_example(label=i) for i in range(50)]
+    records[30] = b"\x0a\x05junk"  # a frame whose payload is no Example
+    with writer.RecordWriter(path) as w:
+        w.write_records(records)
+    got = []
+    with pytest.raises(codec.ExampleCodecError):
+        for example in reader.example_loader(path, None, {"label": "int"}):
+            got.append(int(example["label"][0]))
+    assert got == list(range(30))
+
+
+def test_no_records_parse_to_nothing():
+    assert codec.parse_examples([], {"a": "int"}) == []
+    assert list(codec.parse_example_stream(iter([]), {"a": "float"})) == []

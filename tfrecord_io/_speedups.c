@@ -185,7 +185,85 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uin
 }
 #endif
 
+/* Folding with carry-less multiplication (AVX-512 VPCLMULQDQ), for large buffers:
+ * 256 bytes per step in four 512-bit registers. Folding a 128-bit block forward by D
+ * bits multiplies its two halves by x^(D+32) and x^(D-32) mod P (bit-reflected,
+ * shifted left by one, as in Intel's "Fast CRC Computation Using PCLMULQDQ"). The
+ * register to carry in is XORed into the first 4 bytes; the 16 bytes left after the
+ * folds are congruent to the data, so the crc32 instruction finishes from register 0. */
+#define CRC_POLY_NORMAL 0x11EDC6F41ull
+static int crc_have_vpclmul = 0;
+static uint64_t fold_k[5][2]; /* D = 2048, 512, 384, 256, 128: {x^(D+32), x^(D-32)} */
+
+static uint64_t fold_constant(unsigned e) {
+    uint64_t r = 1; /* x^e mod P, normal representation */
+    for (unsigned i = 0; i < e; i++) {
+        r <<= 1;
+        if (r & (1ull << 32)) r ^= CRC_POLY_NORMAL;
+    }
+    uint32_t rev = 0;
+    for (int b = 0; b < 32; b++)
+        if (r & (1ull << b)) rev |= 1u << (31 - b);
+    return (uint64_t)rev << 1;
+}
+
+static void crc_init_fold(void) {
+    static const unsigned dist[5] = {2048, 512, 384, 256, 128};
+    for (int i = 0; i < 5; i++) {
+        fold_k[i][0] = fold_constant(dist[i] + 32);
+        fold_k[i][1] = fold_constant(dist[i] - 32);
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) && __GNUC__ >= 10 || defined(__clang__))
+#define TFRIO_VPCLMUL 1
+#include <immintrin.h>
+
+#define VP_TARGET __attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul,sse4.2")))
+
+VP_TARGET static inline __m512i fold512(__m512i x, __m512i k, __m512i y) {
+    return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00), _mm512_clmulepi64_epi128(x, k, 0x11), y, 0x96);
+}
+
+VP_TARGET static inline __m128i fold128(__m128i x, const uint64_t k[2]) {
+    __m128i kk = _mm_set_epi64x((long long)k[1], (long long)k[0]);
+    return _mm_xor_si128(_mm_clmulepi64_si128(x, kk, 0x00), _mm_clmulepi64_si128(x, kk, 0x11));
+}
+
+/* n >= 256 */
+VP_TARGET static uint32_t crc_vpclmul(uint32_t crc, const uint8_t *p, size_t n) {
+    __m512i k2048 = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold_k[0][1], (long long)fold_k[0][0]));
+    __m512i x0 = _mm512_loadu_si512((const void *)p), x1 = _mm512_loadu_si512((const void *)(p + 64));
+    __m512i x2 = _mm512_loadu_si512((const void *)(p + 128)), x3 = _mm512_loadu_si512((const void *)(p + 192));
+    x0 = _mm512_xor_si512(x0, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)crc)));
+    p += 256;
+    n -= 256;
+    while (n >= 256) {
+        x0 = fold512(x0, k2048, _mm512_loadu_si512((const void *)p));
+        x1 = fold512(x1, k2048, _mm512_loadu_si512((const void *)(p + 64)));
+        x2 = fold512(x2, k2048, _mm512_loadu_si512((const void *)(p + 128)));
+        x3 = fold512(x3, k2048, _mm512_loadu_si512((const void *)(p + 192)));
+        p += 256;
+        n -= 256;
+    }
+    __m512i k512 = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold_k[1][1], (long long)fold_k[1][0]));
+    x0 = fold512(x0, k512, x1);
+    x0 = fold512(x0, k512, x2);
+    x0 = fold512(x0, k512, x3);
+    __m128i r = _mm_xor_si128(fold128(_mm512_extracti32x4_epi32(x0, 0), fold_k[2]),
+                              fold128(_mm512_extracti32x4_epi32(x0, 1), fold_k[3]));
+    r = _mm_xor_si128(r, fold128(_mm512_extracti32x4_epi32(x0, 2), fold_k[4]));
+    r = _mm_xor_si128(r, _mm512_extracti32x4_epi32(x0, 3));
+    uint64_t c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(r));
+    c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(r, 1));
+    return crc_hw((uint32_t)c, p, n);
+}
+#endif
+
 static inline uint32_t crc32c_buf(const uint8_t *p, size_t n) {
+#ifdef TFRIO_VPCLMUL
+    if (crc_have_vpclmul && n >= 1024) return ~crc_vpclmul(0xFFFFFFFFu, p, n);
+#endif
 #ifdef TFRIO_X86_CRC
     if (crc_have_hw) return ~crc_hw(0xFFFFFFFFu, p, n);
 #endif
@@ -218,24 +296,47 @@ static PyObject *py_masked_crc32c(PyObject *self, PyObject *arg) {
     return PyLong_FromUnsignedLong(mask_crc(c));
 }
 
-static PyObject *py_use_hardware_crc(PyObject *self, PyObject *arg) {
-    /* For tests: switch between the SSE4.2 and table paths; returns the previous state. */
-    int want = PyObject_IsTrue(arg);
-    if (want < 0) return NULL;
-    int previous = crc_have_hw;
+static int cpu_has_sse42(void) {
 #ifdef TFRIO_X86_CRC
-    if (want && !__builtin_cpu_supports("sse4.2")) {
-        PyErr_SetString(PyExc_RuntimeError, "this CPU has no SSE4.2");
-        return NULL;
-    }
-    crc_have_hw = want;
+    return __builtin_cpu_supports("sse4.2") ? 1 : 0;
 #else
-    if (want) {
-        PyErr_SetString(PyExc_RuntimeError, "built without hardware CRC32C support");
+    return 0;
+#endif
+}
+
+static int cpu_has_vpclmul(void) {
+#ifdef TFRIO_VPCLMUL
+    return cpu_has_sse42() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("pclmul");
+#else
+    return 0;
+#endif
+}
+
+static const char *crc_impl_name(void) {
+    return crc_have_vpclmul ? "vpclmulqdq" : crc_have_hw ? "sse4.2" : "table";
+}
+
+/* For tests and benchmarks: choose the CRC32C code ("table", "sse4.2" or
+ * "vpclmulqdq", each only if the CPU has it); returns the previous choice. */
+static PyObject *py_crc_impl(PyObject *self, PyObject *arg) {
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name) return NULL;
+    PyObject *previous = PyUnicode_FromString(crc_impl_name());
+    if (!previous) return NULL;
+    if (strcmp(name, "table") == 0) {
+        crc_have_hw = crc_have_vpclmul = 0;
+    } else if (strcmp(name, "sse4.2") == 0 && cpu_has_sse42()) {
+        crc_have_hw = 1;
+        crc_have_vpclmul = 0;
+    } else if (strcmp(name, "vpclmulqdq") == 0 && cpu_has_vpclmul()) {
+        crc_have_hw = crc_have_vpclmul = 1;
+    } else {
+        Py_DECREF(previous);
+        PyErr_Format(PyExc_ValueError, "CRC32C implementation %R is unknown or not supported by this CPU/build", arg);
         return NULL;
     }
-#endif
-    return PyBool_FromLong(previous);
+    return previous;
 }
 
 /* --------------------------------------------------------------------- framing */
@@ -836,6 +937,7 @@ static PyObject *py_encode_example(PyObject *self, PyObject *const *args, Py_ssi
     PyObject *key, *raw, *result = NULL;
     Py_ssize_t pos = 0, i = 0;
     while (PyDict_Next(datum, &pos, &key, &raw)) {
+        if (i >= count) goto fallback; /* cannot happen: no Python code runs in this loop */
         EncItem *it = &items[i++];
         if (!PyUnicode_Check(key)) goto fallback;
         it->key = PyUnicode_AsUTF8AndSize(key, &it->klen);
@@ -846,6 +948,8 @@ static PyObject *py_encode_example(PyObject *self, PyObject *const *args, Py_ssi
         PyObject *value = raw;
         int kind = KIND_NONE;
         if (PyTuple_Check(raw) && PyTuple_GET_SIZE(raw) == 2 && PyUnicode_Check(PyTuple_GET_ITEM(raw, 1))) {
+            /* only an exact str is looked up: that runs no Python code (__hash__, __eq__) */
+            if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(raw, 1))) goto fallback;
             PyObject *k = PyDict_GetItemWithError(type_map, PyTuple_GET_ITEM(raw, 1));
             if (!k) {
                 PyErr_Clear();
@@ -1209,7 +1313,7 @@ done:
 static PyMethodDef methods[] = {
     {"crc32c", py_crc32c, METH_O, "CRC32C of a bytes-like object."},
     {"masked_crc32c", py_masked_crc32c, METH_O, "TFRecord's masked CRC32C of a bytes-like object."},
-    {"_use_hardware_crc", py_use_hardware_crc, METH_O, "Tests: choose the SSE4.2 (True) or table (False) CRC; returns the previous choice."},
+    {"_crc_impl", py_crc_impl, METH_O, "Tests: choose the CRC32C code ('table', 'sse4.2', 'vpclmulqdq'); returns the previous one."},
     {"scan_frames", (PyCFunction)(void (*)(void))py_scan_frames, METH_FASTCALL,
      "scan_frames(buf, pos, stop, check_crc, out) -> (pos, status); see framing._scan_frames_py."},
     {"scan_records", (PyCFunction)(void (*)(void))py_scan_records, METH_FASTCALL,
@@ -1229,10 +1333,12 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     crc_init_tables();
     crc_init_shift(crc_shift_long, CRC_LONG);
     crc_init_shift(crc_shift_short, CRC_SHORT);
+    crc_init_fold();
 #ifdef TFRIO_X86_CRC
     __builtin_cpu_init();
-    crc_have_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
 #endif
+    crc_have_hw = cpu_has_sse42();
+    crc_have_vpclmul = cpu_has_vpclmul();
     if (PyType_Ready(&RecordScannerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
@@ -1242,7 +1348,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         Py_DECREF(m);
         return NULL;
     }
-    if (PyModule_AddIntConstant(m, "HARDWARE_CRC", crc_have_hw) < 0) {
+    if (PyModule_AddIntConstant(m, "HARDWARE_CRC", crc_have_hw) < 0 ||
+        PyModule_AddStringConstant(m, "CRC_IMPL", crc_impl_name()) < 0) {
         Py_DECREF(m);
         return NULL;
     }

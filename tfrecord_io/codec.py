@@ -377,10 +377,18 @@ def parse_examples(records: Sequence, description: Description = None) -> List[D
     """
     if not isinstance(records, (list, tuple)):
         records = list(records)
+    fast = _parse_examples_fast(records, description)
+    return [parse_example(r, description) for r in records] if fast is None else fast
+
+
+def _parse_examples_fast(records: Sequence, description: Description) -> Optional[List[Dict[str, Any]]]:
+    """``parse_examples`` by the compiled parser, or None when it leaves them to upb."""
+    if not records:
+        return []
     wanted = _normalize_description(description)
     cols = _fast_columns(records, wanted)
     if cols is None:
-        return [parse_example(r, description) for r in records]
+        return None
     n = len(records)
     per_key: List[Any] = []
     for (key, kind), col in zip(wanted or [], cols):
@@ -394,7 +402,7 @@ def parse_examples(records: Sequence, description: Description = None) -> List[D
         else:
             per_key.append(np.split(flat, np.cumsum(lengths)[:-1]))
     keys = [k for k, _ in wanted or []]
-    return [dict(zip(keys, values)) for values in zip(*per_key)] if keys else [{} for _ in records]
+    return [dict(zip(keys, values)) for values in zip(*per_key)]
 
 
 def parse_example_stream(records: Iterable, description: Description = None, batch_size: int = 128) -> Iterator[Dict[str, Any]]:
@@ -414,8 +422,12 @@ def parse_example_stream(records: Iterable, description: Description = None, bat
                     break
         except Exception as err:  # noqa: BLE001 - re-raised below, after the good records
             error = err
-        if batch:
-            yield from parse_examples(batch, description)
+        fast = _parse_examples_fast(batch, description) if batch else None
+        if fast is not None:
+            yield from fast
+        else:  # upb, record by record: the good records before a bad one come out first
+            for record in batch:
+                yield parse_example(record, description)
         if error is not None:
             raise error
         if len(batch) < batch_size:

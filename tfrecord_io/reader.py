@@ -10,6 +10,7 @@ reads the stream and keeps every ``n``-th record.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import files, iterator_utils
@@ -19,6 +20,7 @@ from .framing import DEFAULT_CHUNK_SIZE, CorruptRegion, FrameStream
 from .index import RecordIndex, load_index
 
 IndexLike = Union[None, str, RecordIndex]
+_second = itemgetter(1)
 
 
 def _as_index(index: IndexLike) -> Optional[RecordIndex]:
@@ -115,8 +117,8 @@ def tfrecord_iterator(
     """
     kind = files.normalize_compression(compression_type, data_path)
     if shard is None:
-        for _, data in read_records(data_path, compression_type=kind, check_crc=check_crc):
-            yield data
+        # map/itemgetter drop the offsets in C: no Python-level loop step per record
+        yield from map(_second, read_records(data_path, compression_type=kind, check_crc=check_crc))
         return
     i, n = shard
     if kind:
@@ -135,8 +137,7 @@ def tfrecord_iterator(
     start, end = shard_range(data_path, shard, index)
     if end is not None and end <= start:
         return
-    for _, data in read_records(data_path, start, end, check_crc=check_crc, index=index):
-        yield data
+    yield from map(_second, read_records(data_path, start, end, check_crc=check_crc, index=index))
 
 
 def example_loader(
