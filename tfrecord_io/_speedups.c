@@ -6,10 +6,13 @@
  * reference (upb) does, it returns None and the caller takes the Python path, so
  * errors keep the wording and the behaviour of the reference path.
  *
- *   crc32c(buf) / masked_crc32c(buf)   CRC32C: SSE4.2 (3 interleaved streams) when the
- *                                      CPU has it, else a slicing-by-8 table
+ *   crc32c(buf) / masked_crc32c(buf)   CRC32C: AVX-512 VPCLMULQDQ folding (>= 1 KiB) or
+ *                                      SSE4.2 (3 interleaved streams) when the CPU has
+ *                                      them, else a slicing-by-8 table
  *   scan_frames(buf, pos, stop, check_crc, out) -> (pos, status)
  *                                      exactly framing._scan_frames_py
+ *   RecordScanner(buf, view, base, pos, stop, check_crc)
+ *                                      the same scan as an iterator of (offset, view)
  *   encode_frames(payloads) -> bytes   frames of many payloads in one buffer
  *   encode_example(datum, type_map) -> bytes | None
  *                                      deterministic Example bytes from a dict
@@ -415,82 +418,6 @@ static PyObject *py_scan_frames(PyObject *self, PyObject *const *args, Py_ssize_
             PyBuffer_Release(&view);
             return NULL;
         }
-        pos = data_end + 4;
-    }
-    PyBuffer_Release(&view);
-    return Py_BuildValue("(Li)", pos, status);
-}
-
-/* scan_records(buf, view, base, pos, stop, check_crc, out) -> (pos, status)
- * As scan_frames, but appends (file_offset, view[data_start:data_end]) tuples, where
- * view is a memoryview of buf and base the file offset of buf[0]: the records that
- * FrameStream.frames() yields, made without a Python-level loop. */
-static PyObject *py_scan_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "scan_records(buf, view, base, pos, stop, check_crc, out) takes 7 arguments");
-        return NULL;
-    }
-    PyObject *mv = args[1];
-    long long base, pos, stop;
-    if (as_offset(args[2], &base, "base") < 0 || as_offset(args[3], &pos, "pos") < 0 ||
-        as_offset(args[4], &stop, "stop") < 0)
-        return NULL;
-    int check = PyObject_IsTrue(args[5]);
-    if (check < 0) return NULL;
-    PyObject *out = args[6];
-    if (!PyList_Check(out) || !PyMemoryView_Check(mv)) {
-        PyErr_SetString(PyExc_TypeError, "scan_records: view must be a memoryview and out a list");
-        return NULL;
-    }
-    if (pos < 0) {
-        PyErr_SetString(PyExc_ValueError, "scan_records: pos must not be negative");
-        return NULL;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-    if (PyMemoryView_GET_BUFFER(mv)->len != view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "scan_records: view must cover the whole buffer");
-        return NULL;
-    }
-    const uint8_t *b = (const uint8_t *)view.buf;
-    const long long n = (long long)view.len;
-    int status;
-    for (;;) {
-        if (pos >= stop) {
-            status = STOPPED;
-            break;
-        }
-        if (pos > n - 12) {
-            status = NEED_MORE;
-            break;
-        }
-        uint64_t length = load64le(b + pos);
-        if (check && mask_crc(crc32c_buf(b + pos, 8)) != load32le(b + pos + 8)) {
-            status = BAD_LENGTH_CRC;
-            break;
-        }
-        long long data_start = pos + 12;
-        if (n - data_start < 4 || length > (uint64_t)(n - data_start - 4)) {
-            status = NEED_MORE;
-            break;
-        }
-        long long data_end = data_start + (long long)length;
-        if (check && mask_crc(crc32c_nogil(b + data_start, (size_t)length)) != load32le(b + data_end)) {
-            status = BAD_DATA_CRC;
-            break;
-        }
-        PyObject *slice = PySequence_GetSlice(mv, (Py_ssize_t)data_start, (Py_ssize_t)data_end);
-        PyObject *off = slice ? PyLong_FromLongLong(base + pos) : NULL;
-        PyObject *item = off ? PyTuple_Pack(2, off, slice) : NULL;
-        Py_XDECREF(off);
-        Py_XDECREF(slice);
-        if (!item || PyList_Append(out, item) < 0) {
-            Py_XDECREF(item);
-            PyBuffer_Release(&view);
-            return NULL;
-        }
-        Py_DECREF(item);
         pos = data_end + 4;
     }
     PyBuffer_Release(&view);
@@ -1316,8 +1243,6 @@ static PyMethodDef methods[] = {
     {"_crc_impl", py_crc_impl, METH_O, "Tests: choose the CRC32C code ('table', 'sse4.2', 'vpclmulqdq'); returns the previous one."},
     {"scan_frames", (PyCFunction)(void (*)(void))py_scan_frames, METH_FASTCALL,
      "scan_frames(buf, pos, stop, check_crc, out) -> (pos, status); see framing._scan_frames_py."},
-    {"scan_records", (PyCFunction)(void (*)(void))py_scan_records, METH_FASTCALL,
-     "scan_records(buf, view, base, pos, stop, check_crc, out) -> (pos, status); appends (offset, view slice)."},
     {"encode_frames", py_encode_frames, METH_O, "encode_frames(payloads) -> bytes of their frames."},
     {"encode_example", (PyCFunction)(void (*)(void))py_encode_example, METH_FASTCALL,
      "encode_example(datum, type_map) -> deterministic Example bytes, or None to use upb."},
