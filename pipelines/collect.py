@@ -30,6 +30,7 @@ class WriteJson(beam.DoFn):
         path = f"{self._dir.rstrip('/')}/{uuid.uuid4().hex}.json"
         with files.open_raw(path, "wb") as f:
             f.write(json.dumps(element, default=str).encode("utf-8"))
+        return iter(())  # a sink: nothing flows on (an iterator keeps Beam from warning)
 
 
 class ResultDir:
