@@ -10,6 +10,7 @@ over the splitting read; the first records are read directly.
 from __future__ import annotations
 
 import io
+import sys
 import json
 from typing import Any, Dict, Iterable, List, Optional
 
@@ -241,7 +242,7 @@ def cmd_inspect(args, beam_flags: List[str]) -> int:
     try:
         result = run_inspect(args.paths, PipelineOptions(flags), args.head, progress=not args.no_progress and is_local(flags))
     except FileNotFoundError as err:
-        print(f"tfrecord-io inspect: {err}")
+        print(f"tfrecord-io inspect: {err}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))

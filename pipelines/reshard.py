@@ -8,6 +8,7 @@ when all of them are complete.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 import apache_beam as beam
@@ -89,7 +90,7 @@ def cmd_reshard(args, beam_flags: List[str]) -> int:
     try:
         where = parse_where(args.where)
     except ValueError as err:
-        print(f"tfrecord-io reshard: {err}")
+        print(f"tfrecord-io reshard: {err}", file=sys.stderr)
         return 2
     flags = beam_args(_runner_section(args.runner_config), beam_flags)
     compression = "" if args.compression in ("", "none") else args.compression
@@ -97,7 +98,7 @@ def cmd_reshard(args, beam_flags: List[str]) -> int:
         result = run_reshard(args.paths, args.output, PipelineOptions(flags), args.num_shards, compression, where,
                              not args.no_index, progress=not args.no_progress and is_local(flags))
     except FileNotFoundError as err:
-        print(f"tfrecord-io reshard: {err}")
+        print(f"tfrecord-io reshard: {err}", file=sys.stderr)
         return 2
     print(f"resharded {len(result['inputs'])} files into {len(result['shards'])} shards, "
           f"{result['records']:,} records in {result['seconds']:.1f}s")
