@@ -8,7 +8,6 @@ on the local DirectRunner with 2 worker processes.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys

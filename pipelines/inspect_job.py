@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import sys
 import json
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, List
 
 import apache_beam as beam
 import numpy as np

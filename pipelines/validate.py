@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 import apache_beam as beam

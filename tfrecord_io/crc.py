@@ -29,12 +29,6 @@ def unmask(masked: int) -> int:
     return ((rot >> 17) | (rot << 15)) & _U32
 
 
-def masked_crc32c(data) -> int:
-    """The masked CRC32C of any bytes-like object (bytes, bytearray, memoryview)."""
-    crc = crc32c(data)
-    return ((((crc >> 15) | (crc << 17)) & _U32) + _MASK_DELTA) & _U32
-
-
 def _masked_crc32c_py(data) -> int:
     """Pure-Python twin of the compiled ``masked_crc32c`` (kept for tests and fallback)."""
     crc = crc32c(data)
@@ -42,9 +36,9 @@ def _masked_crc32c_py(data) -> int:
 
 
 try:  # one C call instead of a C call plus Python integer arithmetic per record
-    from ._speedups import masked_crc32c  # type: ignore[attr-defined,no-redef]  # noqa: F811
+    from ._speedups import masked_crc32c  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - exercised when the extension is absent
-    pass
+    masked_crc32c = _masked_crc32c_py
 
 
 __all__ = ["crc32c", "mask", "unmask", "masked_crc32c"]

@@ -11,7 +11,7 @@ import gzip
 import io
 import os
 import zlib
-from typing import BinaryIO, Iterator, List, Optional
+from typing import BinaryIO, List, Optional
 
 from .errors import TFRecordError
 
@@ -236,11 +236,3 @@ def open_write(path: str, compression_type: Optional[str] = None) -> BinaryIO:
     if kind == ZLIB:
         return ZlibWriter(raw)
     return raw
-
-
-def iter_chunks(stream: BinaryIO, chunk_size: int) -> Iterator[bytes]:
-    while True:
-        data = stream.read(chunk_size)
-        if not data:
-            return
-        yield data

@@ -14,7 +14,7 @@ A report is a JSON-ready dict::
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tfrecord_io import files
 from tfrecord_io.framing import CorruptRegion

@@ -10,7 +10,7 @@ encoded the data decodes it. An optional column absent from the record decodes t
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional
 
 from tfrecord_io.codec import feature_to_numpy, TYPE_NAMES
 from tfrecord_io.proto.example_pb2 import Example, SequenceExample

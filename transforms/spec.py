@@ -10,7 +10,7 @@ logical dtype a decoder gives back. TensorFlow is never imported here:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from math import prod
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 

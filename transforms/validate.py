@@ -15,7 +15,7 @@ against the spec next to where it is read; only small summaries reach the combin
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from typing import Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
