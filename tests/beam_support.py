@@ -19,27 +19,21 @@ from apache_beam.options.pipeline_options import PipelineOptions
 MULTI = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 
 
-def collector(directory: str) -> beam.DoFn:
-    """A DoFn that pickles each bundle's elements into a new file in ``directory``.
+class _Collect(beam.DoFn):
+    def __init__(self, directory: str):
+        self._dir = directory
 
-    Defined inside this function so that Beam pickles the class by value: workers need
-    not import this test module (see tests/conftest.py).
-    """
+    def start_bundle(self):
+        self._items: List[Any] = []
 
-    class Collect(beam.DoFn):
-        def start_bundle(self):
-            self._items: List[Any] = []
+    def process(self, element):
+        self._items.append(element)
 
-        def process(self, element):
-            self._items.append(element)
-
-        def finish_bundle(self):
-            if self._items:
-                with open(os.path.join(directory, uuid.uuid4().hex + ".pkl"), "wb") as f:
-                    pickle.dump(self._items, f)
-                self._items = []
-
-    return Collect()
+    def finish_bundle(self):
+        if self._items:
+            with open(os.path.join(self._dir, uuid.uuid4().hex + ".pkl"), "wb") as f:
+                pickle.dump(self._items, f)
+            self._items = []
 
 
 def run_pipeline(
@@ -54,7 +48,7 @@ def run_pipeline(
         d = os.path.join(workdir, f"collect-{name}-{uuid.uuid4().hex}")
         os.makedirs(d)
         dirs[name] = d
-        pcoll | f"Collect_{name}" >> beam.ParDo(collector(d))
+        pcoll | f"Collect_{name}" >> beam.ParDo(_Collect(d))
     result = p.run()
     result.wait_until_finish()
     collected: Dict[str, List[Any]] = {}
