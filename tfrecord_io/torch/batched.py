@@ -30,6 +30,9 @@ What a batch holds (a dict; ``batch_transform`` may turn it into anything):
   all lengths agree; with ``ragged="flat"`` the values of the batch end to end (1-D)
   plus ``{key}_length`` (row lengths, as a ragged tensor's);
 - byte features: a list of ``bytes`` (a list of lists when a record has several).
+  Inside the worker, ``batch_transform`` gets them as read-only ``memoryview``s of the
+  records (no copy: decode or stack large images straight from the file's pages); they
+  become ``bytes`` only if the batch still holds them when it leaves the dataset.
 
 ``record_decoder`` (serialised record -> dict, e.g. ``transforms.ExampleDecoder(spec)``,
 which decodes images) replaces the parser; ``transform`` is applied to each parsed (or
@@ -198,7 +201,7 @@ class TFRecordBatchDataset(TFRecordDataset):
         if self.transform is not None:
             rows = self._parse(chunk, lambda: parse_examples(datas, description))
             return self._collate_rows([self.transform(row) for row in rows])
-        columns = self._parse(chunk, lambda: parse_examples_batch(datas, description))  # type: ignore[arg-type]
+        columns = self._parse(chunk, lambda: parse_examples_batch(datas, description, byte_views=True))  # type: ignore[arg-type]
         return self._arrays(columns, chunk)
 
     def _infer(self, first: Located) -> Dict[str, str]:
@@ -230,8 +233,8 @@ class TFRecordBatchDataset(TFRecordDataset):
         out: Dict[str, Any] = {}
         n = len(chunk)
         for key, col in columns.items():
-            if isinstance(col, np.ndarray) and col.dtype == object:
-                out[key] = col.tolist()
+            if isinstance(col, list) or col.dtype == object:  # byte strings (views of the records)
+                out[key] = [v[0] if len(v) == 1 else v for v in col]
                 continue
             if isinstance(col, tuple):
                 flat, lengths = col
@@ -305,9 +308,22 @@ def deliver(batch: Any, in_worker: bool) -> Any:
         return {k: deliver(v, in_worker) for k, v in batch.items()}
     if isinstance(batch, tuple) and not hasattr(batch, "_fields"):
         return tuple(deliver(v, in_worker) for v in batch)
-    if isinstance(batch, list) and batch and isinstance(batch[0], (torch.Tensor, np.ndarray)):
-        return [deliver(v, in_worker) for v in batch]
+    if isinstance(batch, list) and batch:
+        first = batch[0]
+        if isinstance(first, (torch.Tensor, np.ndarray)):
+            return [deliver(v, in_worker) for v in batch]
+        if isinstance(first, memoryview) or (isinstance(first, list) and any(isinstance(v, list) for v in batch)):
+            return [_as_bytes(v) for v in batch]
     return batch
+
+
+def _as_bytes(value: Any) -> Any:
+    """Byte strings still viewing the records -> ``bytes`` (what leaves a batch)."""
+    if isinstance(value, memoryview):
+        return value.tobytes()
+    if isinstance(value, list):
+        return [_as_bytes(v) for v in value]
+    return value
 
 
 def batch_tensor(shape: Sequence[int], dtype: torch.dtype = torch.uint8) -> torch.Tensor:
