@@ -331,11 +331,11 @@ def batch_tensor(shape: Sequence[int], dtype: torch.dtype = torch.uint8) -> torc
     DataLoader worker (as ``default_collate`` allocates), so that filling it is the only
     copy: use it in a ``batch_transform`` that decodes many records into one tensor."""
     shape = tuple(int(d) for d in shape)
-    if torch.utils.data.get_worker_info() is None:
-        return torch.empty(shape, dtype=dtype)
     numel = prod(shape)
+    if torch.utils.data.get_worker_info() is None or not numel:
+        return torch.empty(shape, dtype=dtype)
     storage = torch.UntypedStorage._new_shared(numel * torch.empty((), dtype=dtype).element_size())
-    return torch.empty(0, dtype=dtype).set_(storage).view(shape) if numel else torch.empty(shape, dtype=dtype)
+    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
 
 
 def _pad(flat: np.ndarray, lengths: np.ndarray, padding_value: float) -> np.ndarray:
