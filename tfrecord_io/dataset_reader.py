@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from . import files
 from .codec import parse_example, parse_examples
 from .datasets import INFO_NAME, load_info, resolve_version_dir
 from .errors import ExampleCodecError, IndexFileError, TFRecordError
@@ -54,10 +55,6 @@ class DatasetSelection:
         return str(self.info.get("version") or self.version_dir.rstrip("/").rsplit("/", 1)[-1])
 
 
-def _join(base: str, rel: str) -> str:
-    return base.rstrip("/") + "/" + rel
-
-
 def _description(
     features: Mapping[str, Mapping[str, Any]], wanted: Optional[Sequence[str]]
 ) -> Tuple[Dict[str, str], Dict[str, Optional[Tuple[int, ...]]]]:
@@ -85,8 +82,8 @@ def _shard_files(version_dir: str, split: str, entry: Mapping[str, Any], rng: Sp
         before += n
         if a >= b:
             continue
-        path = _join(version_dir, shard["path"])
-        index = _join(version_dir, shard["index"]) if shard.get("index") else None
+        path = files.join(version_dir, shard["path"])
+        index = files.join(version_dir, shard["index"]) if shard.get("index") else None
         if index is None and not compression and (a, b) != (0, n):
             index = find_index(path)
             if index is None:
@@ -131,7 +128,7 @@ def select_dataset(
     info = load_info(version_dir)
     if info is None:
         raise FileNotFoundError(
-            f"{_join(version_dir, INFO_NAME)} does not exist: not a finished build of a dataset"
+            f"{files.join(version_dir, INFO_NAME)} does not exist: not a finished build of a dataset"
         )
     splits = info.get("splits") or {}
     counts = {name: int(entry["records"]) for name, entry in splits.items()}

@@ -233,8 +233,8 @@ class TFRecordBatchDataset(TFRecordDataset):
         out: Dict[str, Any] = {}
         n = len(chunk)
         for key, col in columns.items():
-            if isinstance(col, list) or (isinstance(col, np.ndarray) and col.dtype == object):  # byte strings
-                out[key] = [v[0] if len(v) == 1 else v for v in col]
+            if isinstance(col, np.ndarray) and col.dtype == object:  # byte strings (views of the records)
+                out[key] = list(col)
                 continue
             if isinstance(col, tuple):
                 flat, lengths = col
