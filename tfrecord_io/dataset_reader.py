@@ -52,7 +52,8 @@ class DatasetSelection:
 
     @property
     def version(self) -> str:
-        return str(self.info.get("version") or self.version_dir.rstrip("/").rsplit("/", 1)[-1])
+        """The name of the version directory read."""
+        return self.version_dir.rstrip("/").rsplit("/", 1)[-1]
 
 
 def _description(
