@@ -101,6 +101,17 @@ def test_follows_latest_or_a_named_version(built, tmp_path):
         tfrecord_io.select_dataset(str(tmp_path), "train")
 
 
+def test_readers_do_not_import_transforms():
+    """Layering: tfrecord_io takes decoders as callables and never imports transforms."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tfrecord_io, tfrecord_io.torch, tfrecord_io.beam_dataset, tfrecord_io.dataset_reader; "
+            "print(sorted(m for m in sys.modules if m == 'transforms' or m.startswith('transforms.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_unknown_split_or_feature_is_a_clear_error(built):
     root, _, _ = built
     with pytest.raises(ValueError, match="'dev' is not in the dataset"):

@@ -2,8 +2,9 @@
 
 The format core (framing, codec, index, reader, writer) imports neither Beam nor
 torch. Beam transforms (``ReadFromTFRecord``, ``ReadAllFromTFRecord``,
-``WriteToTFRecord``) are loaded on first use; the PyTorch datasets live in
-``tfrecord_io.torch``.
+``WriteToTFRecord``, ``ReadDataset``) are loaded on first use; the PyTorch datasets live
+in ``tfrecord_io.torch``. ``select_dataset``/``iter_dataset`` open a built dataset by
+its root and a TFDS-style split selection (``"train[:90%]"``).
 """
 
 from __future__ import annotations
