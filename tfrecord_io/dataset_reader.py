@@ -28,10 +28,6 @@ from .index import find_index
 from .sharding import FileInfo, Piece, describe_file, plan_shard, read_piece
 from .splits import SplitRange, resolve_split
 
-#: dataset_info.json's feature kinds -> the codec's description types
-_KINDS = {"bytes": "bytes", "int": "int", "float": "float"}
-
-
 @dataclass(frozen=True)
 class DatasetSelection:
     """What a split selection of a built dataset reads (see the module doc)."""
@@ -67,7 +63,7 @@ def _description(
         if unknown:
             raise ValueError(f"features {unknown} are not in the dataset (it has: {', '.join(sorted(flat))})")
         keys = list(wanted)
-    description = {k: _KINDS[str(flat[k]["kind"])] for k in keys}
+    description = {k: str(flat[k]["kind"]) for k in keys}  # "bytes", "int", "float": codec type names
     shapes = {k: (None if flat[k].get("shape") is None else tuple(flat[k]["shape"])) for k in keys}
     return description, shapes
 
