@@ -25,6 +25,10 @@ Dependency choices (why):
 - ``numpy>=1.22``: no upper bound; Beam caps NumPy itself where it must.
 - Exact versions live only in ``constraints/pinned.txt`` and ``constraints/newest.txt``
   (CI lanes and the Dockerfile), never here.
+- ``aws`` extra, ``boto3>=1.28,<2``: what Beam's S3 filesystem (``apache-beam[aws]``)
+  imports, as a range (Beam 2.62 asks for ``boto3>=1.9,<2``); 1.28 is the first boto3
+  that reads ``AWS_ENDPOINT_URL``, so credentials and endpoint can come from the usual
+  environment variables as well as from Beam's ``--s3_*`` flags.
 - No TensorFlow at run time. It installs beside this package (the newest lane and
   ``tests/test_install.py`` import both in one process).
 
@@ -91,6 +95,7 @@ setup(
     ],
     extras_require={
         "torch": ["torch>=2.1"],
+        "aws": ["boto3>=1.28,<2"],
         "media": ["pillow>=10", "librosa>=0.10", "soundfile>=0.12"],
         "dev": [
             "pytest>=8",

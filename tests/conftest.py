@@ -39,6 +39,9 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS)
 PICKLERS = ("default", "dill", "cloudpickle")
 
+# The S3 server fixtures (``s3_server``, ``s3_bucket``): a real versitygw on 127.0.0.1.
+pytest_plugins = ["s3support"]
+
 # A test module that builds Beam pipelines in the test process (directly or through the
 # project's job functions) calls one of these.
 _BUILDS_PIPELINES = re.compile(r"\b(Pipeline|run_pipeline|run_build|run_validate)\(")
