@@ -27,6 +27,7 @@ from .errors import (
     ExampleCodecError,
     IndexFileError,
     TFRecordError,
+    RecordTooLargeError,
     TruncatedRecordError,
 )
 from .framing import CorruptRegion, encode_frame
@@ -67,6 +68,7 @@ __all__ = [
     "RecordWriter",
     "TFRecordError",
     "TFRecordWriter",
+    "RecordTooLargeError",
     "TruncatedRecordError",
     "build_example",
     "build_index",
