@@ -307,6 +307,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         EXIT_USAGE,
         JobLog,
         Terminated,
+        WorkerDied,
         failure_block,
         format_exception,
         raise_on_termination,
@@ -338,16 +339,18 @@ def main(argv: Optional[List[str]] = None) -> int:
                 file=log.terminal,
             )
             return EXIT_USAGE
-        except (Exception, KeyboardInterrupt, Terminated) as err:
+        except (Exception, KeyboardInterrupt, Terminated, WorkerDied) as err:
             log.keep = True
             log.record(format_exception(err))
             stop_children()  # no worker goes on writing after the state below is taken
-            if isinstance(err, Terminated):
+            if isinstance(err, WorkerDied):
+                what, where, code = str(err), None, EXIT_FAILED
+            elif isinstance(err, Terminated):
                 what, where, code = f"interrupted: {err}", None, 128 + err.signum
             elif isinstance(err, KeyboardInterrupt):
                 what, where, code = "interrupted (Ctrl-C)", None, 130
             else:
-                cause = root_cause(err)
+                cause = root_cause(err, log.thread_errors)
                 what, where, code = cause.line, cause.where(), EXIT_FAILED
             block = failure_block(args.command, what, _failure_state(args), code, where, log.path)
             log.record(block)

@@ -33,6 +33,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -122,7 +123,10 @@ def _our_frame(text: str) -> Optional[str]:
     return first
 
 
-def root_cause(exc: BaseException) -> RootCause:
+_WORKER_EXIT = re.compile(r"Worker subprocess exited with return code (-?\d+)")
+
+
+def root_cause(exc: BaseException, thread_errors: Sequence[BaseException] = ()) -> RootCause:
     """The line that says what went wrong, dug out of Beam's wrapping.
 
     In order: an exception of a telling type (our error family, ``OSError``...) in the
@@ -130,7 +134,49 @@ def root_cause(exc: BaseException) -> RootCause:
     telling ``Name: message`` line in the traceback text of the chain (the portable
     runners re-raise worker errors as ``RuntimeError(<traceback text>)``); else the
     innermost exception line that is not a wrapper; else ``exc`` itself.
+
+    ``thread_errors`` (exceptions that ended a launcher thread) are searched when
+    ``exc`` says nothing telling: a worker process that died makes the runner fail
+    with a bare ``queue.Empty``, and only a thread knows the worker's exit code.
     """
+    cause = _root_cause(exc)
+    if _TELLING.search(cause.line.split(":", 1)[0]):
+        return cause
+    for err in thread_errors:
+        death = worker_death(err)
+        if death:
+            return RootCause(death, cause.step, cause.frame)
+    for err in thread_errors:
+        thread_cause = _root_cause(err)
+        if _TELLING.search(thread_cause.line.split(":", 1)[0]):
+            return thread_cause
+    return cause
+
+
+def worker_death(err: BaseException) -> Optional[str]:
+    """``a worker process died: ...`` if ``err`` is Beam's report of a worker process
+    that exited (``Worker subprocess exited with return code 137``), else None."""
+    m = _WORKER_EXIT.search(str(err))
+    if not m:
+        return None
+    code = int(m.group(1))
+    how = ""
+    signum = code - 128 if code > 128 else -code if code < 0 else 0
+    if signum:
+        try:
+            how = f" (killed by {signal.Signals(signum).name})"
+        except ValueError:
+            pass
+    return f"a worker process died: it exited with code {code}{how}"
+
+
+class WorkerDied(BaseException):
+    """A worker process of the local runner died. Beam notices it in a thread and may
+    then wait for that worker for ever; the launcher's main thread is interrupted with
+    this instead (a BaseException, so no ``except Exception`` in Beam swallows it)."""
+
+
+def _root_cause(exc: BaseException) -> RootCause:
     chain = _chain(exc)
     segments = []  # (text, frames text) per exception: its message may hold a worker's traceback
     for e in chain:
@@ -293,6 +339,34 @@ class JobLog:
         self._saved_fd: Optional[int] = None
         self._saved_stderr = None
         self._saved_logging = None
+        self._saved_excepthook = None
+        # exceptions that ended a thread of the launcher (e.g. Beam's "Worker subprocess
+        # exited with return code 137" when a worker process was killed)
+        self.thread_errors: List[BaseException] = []
+        self._worker_death: Optional[str] = None
+        self._saved_sigusr1 = None
+
+    def _thread_excepthook(self, args) -> None:
+        if args.exc_value is not None:
+            self.thread_errors.append(args.exc_value)
+        name = getattr(args.thread, "name", "?")
+        self.record(f"Exception in thread {name}:\n" + "".join(
+            traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)
+        ))
+        death = worker_death(args.exc_value) if args.exc_value is not None else None
+        if death and self._worker_death is None and not death.endswith("code 0"):
+            self._worker_death = death
+            # The job cannot finish now, and the runner would wait for ever for the
+            # other workers to exit while it shuts down: stop them, then interrupt
+            # the main thread.
+            stop_children()
+            try:  # a real signal: it also wakes a main thread blocked in a wait
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+            except (AttributeError, OSError, ValueError):
+                pass
+
+    def _on_worker_death(self, _signum, _frame) -> None:
+        raise WorkerDied(self._worker_death or "a worker process died")
 
     def __enter__(self) -> "JobLog":
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
@@ -314,6 +388,13 @@ class JobLog:
             h.setFormatter(formatter)
         root.handlers = handlers
         root.setLevel(logging.INFO)
+        logging.captureWarnings(True)  # warnings go to the log, not the terminal
+        self._saved_excepthook = threading.excepthook
+        threading.excepthook = self._thread_excepthook
+        try:
+            self._saved_sigusr1 = signal.signal(signal.SIGUSR1, self._on_worker_death)
+        except (ValueError, OSError, AttributeError):  # not the main thread / platform
+            self._saved_sigusr1 = None
         for name in ("apache_beam",):
             logging.getLogger(name).setLevel(logging.NOTSET)
         return self
@@ -327,6 +408,11 @@ class JobLog:
             print(text, file=self.terminal, flush=True)
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if self._saved_excepthook is not None:
+            threading.excepthook = self._saved_excepthook
+        if self._saved_sigusr1 is not None:
+            signal.signal(signal.SIGUSR1, self._saved_sigusr1)
+        logging.captureWarnings(False)
         root = logging.getLogger()
         if self._saved_logging is not None:
             root.handlers, level = self._saved_logging

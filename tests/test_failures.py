@@ -221,3 +221,116 @@ def test_reading_one_huge_record_holds_one_copy(tmp_path, compress):
     assert proc.returncode == 0, proc.stderr
     base, peak = map(int, proc.stdout.split())
     assert peak - base < 1.4 * size, f"peak {peak / 2**20:.0f} MiB, baseline {base / 2**20:.0f} MiB"
+
+
+# ---------------------------------------------------------------- the CLI's failure block
+
+
+def _cli(tmp_path, *args, timeout=600):
+    """Run the CLI with its logs under tmp_path (returns the process and the log dir)."""
+    logs = tmp_path / "logs"
+    env = dict(os.environ, TFRECORD_IO_LOG_DIR=str(logs))
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
+    return proc, logs
+
+
+def _corrupt_file(tmp_path):
+    path = str(tmp_path / "bad.tfrecord")
+    with tfio.RecordWriter(path) as w:
+        w.write_records([tfio.serialize_example({"a": ([i], "int")}) for i in range(5)])
+    data = bytearray(open(path, "rb").read())
+    second = len(data) // 5
+    data[second + 3] ^= 1  # the second record's length field
+    open(path, "wb").write(bytes(data))
+    return path, second
+
+
+def _log_path(stderr):
+    m = re.search(r"^  log:\s+(\S+)", stderr, re.M)
+    assert m, stderr
+    return m.group(1)
+
+
+def test_inspect_on_a_corrupt_file_ends_with_one_short_block(tmp_path):
+    path, offset = _corrupt_file(tmp_path)
+    proc, logs = _cli(tmp_path, "inspect", path, "--no-progress")  # 2 worker processes
+    assert proc.returncode == 1
+    err = proc.stderr
+    assert "Traceback" not in err and "apache_beam" not in err, err
+    assert len(err.strip().splitlines()) <= 6, err
+    first = err.strip().splitlines()[0]
+    assert first == (
+        f"tfrecord-io inspect failed: CorruptRecordError: {path}, byte offset {offset}: "
+        "corrupt record header: the length field (" + first.split("the length field (")[1]
+    )
+    assert "where: tfrecord_io/beam_source.py" in err  # the step that read it
+    assert "state: nothing was written" in err
+    assert "exit:  1 (the job failed)" in err
+    log = _log_path(err)
+    assert os.path.dirname(log) == str(logs)
+    text = open(log).read()
+    assert "Traceback (most recent call last)" in text and "CorruptRecordError" in text
+
+
+def test_verbose_puts_the_tracebacks_on_the_terminal_too(tmp_path):
+    path, _ = _corrupt_file(tmp_path)
+    proc, _ = _cli(tmp_path, "inspect", path, "--no-progress", "--verbose", *IN_PROCESS)
+    assert proc.returncode == 1
+    assert "Traceback (most recent call last)" in proc.stderr
+    assert "tfrecord-io inspect failed: CorruptRecordError" in proc.stderr
+
+
+def test_a_successful_run_keeps_the_terminal_quiet_and_leaves_no_log(tmp_path):
+    path = str(tmp_path / "ok.tfrecord")
+    with tfio.RecordWriter(path) as w:
+        w.write_records([tfio.serialize_example({"a": ([i], "int")}) for i in range(5)])
+    proc, logs = _cli(tmp_path, "inspect", path, "--no-progress")  # 2 worker processes
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr  # no worker INFO lines, no warnings
+    assert "5" in proc.stdout
+    assert not logs.exists() or os.listdir(logs) == []
+    # asked for by name, the log is kept
+    proc, _ = _cli(tmp_path, "inspect", path, "--no-progress", "--log-file", str(tmp_path / "job.log"))
+    assert proc.returncode == 0 and (tmp_path / "job.log").exists()
+
+
+def test_index_with_an_empty_runner_cache_is_a_usage_error(tmp_path, monkeypatch):
+    path = str(tmp_path / "a.tfrecord")
+    with tfio.RecordWriter(path) as w:
+        w.write_records([b"x"])
+    monkeypatch.setenv("TFRECORD_IO_RUNNER_CACHE", str(tmp_path / "empty-cache"))
+    proc, _ = _cli(tmp_path, "index", path, "--runner", "FlinkRunner")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "scripts/fetch-runners" in proc.stderr and "exit:  2" in proc.stderr
+    assert not os.path.exists(path + ".index")
+
+
+def test_root_cause_is_found_in_a_runners_wrapped_text():
+    from pipelines.failures import root_cause
+
+    worker_text = textwrap.dedent(
+        """\
+        Traceback (most recent call last):
+          File "/x/site-packages/apache_beam/runners/worker/sdk_worker.py", line 311, in _execute
+            response = task()
+          File "/src/tfrecord_io/beam_source.py", line 270, in process
+            for offset, item in items:
+          File "/src/tfrecord_io/framing.py", line 435, in frames
+            raise err
+        tfrecord_io.errors.CorruptRecordError: /d/f.tfrecord, byte offset 30: corrupt record header [while running 'Read/ReadRanges']
+        """
+    )
+    try:
+        try:
+            raise RuntimeError(worker_text)
+        except RuntimeError as inner:
+            raise RuntimeError("Pipeline failed") from inner
+    except RuntimeError as err:
+        cause = root_cause(err)
+    assert cause.line == "CorruptRecordError: /d/f.tfrecord, byte offset 30: corrupt record header"
+    assert cause.step == "Read/ReadRanges"
+    assert cause.frame == "tfrecord_io/beam_source.py:270, process"
