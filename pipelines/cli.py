@@ -310,7 +310,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         WorkerDied,
         failure_block,
         format_exception,
-        raise_on_termination,
         root_cause,
         stop_children,
     )
@@ -327,7 +326,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_USAGE
     if args.command == "reshard":
         args.failure_state = _reshard_state(args)
-    raise_on_termination()
     usage_errors = _usage_errors()
     with JobLog(args.command, args.verbose, args.log_file) as log:
         try:
@@ -341,6 +339,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return EXIT_USAGE
         except (Exception, KeyboardInterrupt, Terminated, WorkerDied) as err:
             log.keep = True
+            log.stopping = True  # worker exits from here on are ours
             log.record(format_exception(err))
             stop_children()  # no worker goes on writing after the state below is taken
             if isinstance(err, WorkerDied):

@@ -235,20 +235,6 @@ class Terminated(BaseException):
         super().__init__(f"stopped by {signal.Signals(signum).name}")
 
 
-def raise_on_termination() -> None:
-    """Turn SIGTERM/SIGHUP into ``Terminated`` in the main thread (schedulers stop jobs
-    with SIGTERM; without this Python dies at once and says nothing)."""
-
-    def handler(signum, _frame):
-        raise Terminated(signum)
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        try:
-            signal.signal(sig, handler)
-        except (ValueError, OSError):  # not the main thread, or not on this platform
-            pass
-
-
 def child_pids(pid: Optional[int] = None) -> List[int]:
     """Every descendant of ``pid`` (default: this process), from ``/proc``; [] elsewhere."""
     root = os.getpid() if pid is None else pid
@@ -344,7 +330,9 @@ class JobLog:
         # exited with return code 137" when a worker process was killed)
         self.thread_errors: List[BaseException] = []
         self._worker_death: Optional[str] = None
-        self._saved_sigusr1 = None
+        self._saved_signals: dict = {}
+        # set once the job is being stopped: worker exits are then expected
+        self.stopping = False
 
     def _thread_excepthook(self, args) -> None:
         if args.exc_value is not None:
@@ -354,7 +342,7 @@ class JobLog:
             traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)
         ))
         death = worker_death(args.exc_value) if args.exc_value is not None else None
-        if death and self._worker_death is None and not death.endswith("code 0"):
+        if death and not self.stopping and self._worker_death is None:
             self._worker_death = death
             # The job cannot finish now, and the runner would wait for ever for the
             # other workers to exit while it shuts down: stop them, then interrupt
@@ -366,7 +354,20 @@ class JobLog:
                 pass
 
     def _on_worker_death(self, _signum, _frame) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
         raise WorkerDied(self._worker_death or "a worker process died")
+
+    def _on_termination(self, signum, _frame) -> None:
+        """SIGTERM/SIGHUP (schedulers stop jobs with SIGTERM; left alone Python dies at
+        once and says nothing): stop the workers, which the runner would otherwise
+        wait for while it shuts down, and unwind the job with ``Terminated``."""
+        if self.stopping:
+            return
+        self.stopping = True
+        stop_children()
+        raise Terminated(signum)
 
     def __enter__(self) -> "JobLog":
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
@@ -391,10 +392,15 @@ class JobLog:
         logging.captureWarnings(True)  # warnings go to the log, not the terminal
         self._saved_excepthook = threading.excepthook
         threading.excepthook = self._thread_excepthook
-        try:
-            self._saved_sigusr1 = signal.signal(signal.SIGUSR1, self._on_worker_death)
-        except (ValueError, OSError, AttributeError):  # not the main thread / platform
-            self._saved_sigusr1 = None
+        handlers = {"SIGUSR1": self._on_worker_death, "SIGTERM": self._on_termination, "SIGHUP": self._on_termination}
+        for name, handler in handlers.items():
+            signum = getattr(signal, name, None)
+            if signum is None:
+                continue
+            try:
+                self._saved_signals[signum] = signal.signal(signum, handler)
+            except (ValueError, OSError):  # not the main thread
+                pass
         for name in ("apache_beam",):
             logging.getLogger(name).setLevel(logging.NOTSET)
         return self
@@ -410,8 +416,9 @@ class JobLog:
     def __exit__(self, exc_type, exc, tb) -> None:
         if self._saved_excepthook is not None:
             threading.excepthook = self._saved_excepthook
-        if self._saved_sigusr1 is not None:
-            signal.signal(signal.SIGUSR1, self._saved_sigusr1)
+        for signum, previous in self._saved_signals.items():
+            signal.signal(signum, previous)
+        self._saved_signals = {}
         logging.captureWarnings(False)
         root = logging.getLogger()
         if self._saved_logging is not None:
