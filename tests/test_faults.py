@@ -43,12 +43,12 @@ def _build_v1(config, out):
     run_build(cfg, options(), progress=False)
 
 
-def _start_build(config, out, tmp_path, version="v2", preexec_fn=None):
+def _start_build(config, out, tmp_path, version="v2", preexec_fn=None, extra=()):
     env = dict(os.environ, TFRECORD_IO_LOG_DIR=str(tmp_path / "logs"))
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.Popen(
         [sys.executable, "-m", "pipelines", "build", config, "--output", str(out), "--version", version,
-         "--no-progress", *TWO_WORKERS],
+         "--no-progress", *TWO_WORKERS, *extra],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -173,6 +173,7 @@ def test_a_disk_that_fills_up_during_a_build(media, tmp_path):
     disk = tmp_path / "disk"
     mounted = _can_mount_tmpfs(disk)
     preexec = None
+    extra = []
     try:
         if mounted:
             # room for v1 and a little more, not for a second version
@@ -180,7 +181,10 @@ def test_a_disk_that_fills_up_during_a_build(media, tmp_path):
             subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)], check=True)
             expected = "No space left on device"
         else:
-            limit = 16 * 1024
+            # one shard per split: the train shard (~130 KB) goes over the limit, while
+            # the job's log and Beam's own files stay under it
+            limit = 96 * 1024
+            extra = ["--num-shards", "1"]
 
             def preexec():
                 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -189,7 +193,7 @@ def test_a_disk_that_fills_up_during_a_build(media, tmp_path):
             expected = "File too large"
         out = disk / "out"
         shutil.copytree(staging, out)
-        proc = _start_build(config, out, tmp_path, preexec_fn=preexec)
+        proc = _start_build(config, out, tmp_path, preexec_fn=preexec, extra=extra)
         code, _, err = _finish(proc)
         assert code == 1, err
         first = [line for line in err.splitlines() if line.startswith("tfrecord-io build failed:")]
