@@ -371,9 +371,13 @@ static PyObject *py_scan_frames(PyObject *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "scan_frames(buf, pos, stop, check_crc, out[, max_len]) takes 5 or 6 arguments");
         return NULL;
     }
-    long long pos, stop, max_len = LLONG_MAX;
+    long long pos, stop, given_max;
+    uint64_t max_len = UINT64_MAX; /* None or absent: no limit */
     if (as_offset(args[1], &pos, "pos") < 0 || as_offset(args[2], &stop, "stop") < 0) return NULL;
-    if (nargs == 6 && args[5] != Py_None && as_offset(args[5], &max_len, "max_len") < 0) return NULL;
+    if (nargs == 6 && args[5] != Py_None) {
+        if (as_offset(args[5], &given_max, "max_len") < 0) return NULL;
+        max_len = given_max < 0 ? 0 : (uint64_t)given_max;
+    }
     int check = PyObject_IsTrue(args[3]);
     if (check < 0) return NULL;
     PyObject *out = args[4];
@@ -404,7 +408,7 @@ static PyObject *py_scan_frames(PyObject *self, PyObject *const *args, Py_ssize_
             status = BAD_LENGTH_CRC;
             break;
         }
-        if (length > (uint64_t)(max_len < 0 ? 0 : max_len)) {
+        if (length > max_len) {
             status = TOO_LARGE; /* before anything is gathered for it */
             break;
         }
@@ -439,7 +443,8 @@ typedef struct {
     PyObject *buf;
     PyObject *mv;
     Py_buffer view;
-    long long base, pos, stop, max_len;
+    long long base, pos, stop;
+    uint64_t max_len;
     int check, views_only, status, done;
 } RecordScanner;
 
@@ -457,11 +462,14 @@ static PyObject *scanner_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOOp|pO", kwlist, &buf, &PyMemoryView_Type, &mv, &obase, &opos,
                                      &ostop, &check, &views_only, &omax))
         return NULL;
-    long long base, pos, stop, max_len = LLONG_MAX;
+    long long base, pos, stop, given_max;
+    uint64_t max_len = UINT64_MAX; /* None: no limit */
     if (as_offset(obase, &base, "base") < 0 || as_offset(opos, &pos, "pos") < 0 || as_offset(ostop, &stop, "stop") < 0)
         return NULL;
-    if (omax != Py_None && as_offset(omax, &max_len, "max_len") < 0) return NULL;
-    if (max_len < 0) max_len = 0;
+    if (omax != Py_None) {
+        if (as_offset(omax, &given_max, "max_len") < 0) return NULL;
+        max_len = given_max < 0 ? 0 : (uint64_t)given_max;
+    }
     if (pos < 0) {
         PyErr_SetString(PyExc_ValueError, "RecordScanner: pos must not be negative");
         return NULL;
@@ -503,7 +511,7 @@ static PyObject *scanner_next(RecordScanner *self) {
         uint64_t length = load64le(b + pos);
         long long data_start = pos + 12;
         if (self->check && mask_crc(crc32c_buf(b + pos, 8)) != load32le(b + pos + 8)) status = BAD_LENGTH_CRC;
-        else if (length > (uint64_t)self->max_len) status = TOO_LARGE;
+        else if (length > self->max_len) status = TOO_LARGE;
         else if (n - data_start < 4 || length > (uint64_t)(n - data_start - 4)) status = NEED_MORE;
         else {
             long long data_end = data_start + (long long)length;
