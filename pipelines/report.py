@@ -231,8 +231,14 @@ def run_report(paths: Sequence[str], options, output: str, splits: Optional[Sequ
 
 
 def write_build_report(version_dir: str, options, progress: bool = True) -> ReportSummary:
-    """``report: true`` in a build config: ``<version>/report.html`` after the build."""
-    return run_report([version_dir], options, _join(version_dir, REPORT_NAME), progress=progress)
+    """``report: true`` in a build config: ``<version>/report.html``, written after the
+    version is published (the page is a by-product: a failure here says so and leaves
+    the published version as it is)."""
+    try:
+        return run_report([version_dir], options, _join(version_dir, REPORT_NAME), progress=progress)
+    except Exception as err:  # noqa: BLE001 - reported with what state the build left
+        raise ReportError(f"version {version_dir} is built and published, but writing its report failed: "
+                          f"{type(err).__name__}: {err}") from err
 
 
 # --------------------------------------------------------------------------- the page
