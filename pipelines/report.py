@@ -29,6 +29,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 from tfrecord_io import files
@@ -74,6 +75,12 @@ class ReportSummary(NamedTuple):
 
 
 # --------------------------------------------------------------------------- input
+
+
+def split_order(splits) -> List[str]:
+    """train, validation, test first (as people read them), then the rest by name."""
+    usual = {"train": 0, "validation": 1, "valid": 1, "val": 1, "dev": 1, "test": 2}
+    return sorted(splits, key=lambda s: (usual.get(s, 3), s))
 
 
 def _join(base: str, name: str) -> str:
@@ -207,6 +214,7 @@ def run_report(paths: Sequence[str], options, output: str, splits: Optional[Sequ
     """Resolve the input, run the statistics job, write the page."""
     from .report_stats import run_stats_job
 
+    started = time.monotonic()
     if samples < 0:
         raise ReportError(f"--samples {samples}: must be 0 or more")
     _check_output(output)
@@ -223,10 +231,10 @@ def run_report(paths: Sequence[str], options, output: str, splits: Optional[Sequ
     return ReportSummary(
         output=output,
         bytes=len(page.encode("utf-8")),
-        splits={split: stats["records"] for split, stats in sorted(result.splits.items())},
+        splits={split: result.splits[split]["records"] for split in split_order(result.splits)},
         samples=sum(len(items) for groups in result.samples.values() for items in groups.values()),
         rejected_groups=len(result.rejected),
-        seconds=result.seconds,
+        seconds=time.monotonic() - started,
     )
 
 
@@ -307,7 +315,7 @@ def _summary(inp: ReportInput, result: JobResult, columns: List[ReportColumn]) -
     for s in inp.shards:
         shard_count[s.split] = shard_count.get(s.split, 0) + 1
     total = [0, 0, 0]
-    for split in sorted(set(result.splits) | set(shard_count)):
+    for split in split_order(set(result.splits) | set(shard_count)):
         read = result.splits.get(split, {}).get("records", 0)
         listed = info_splits.get(split, {}).get("records")
         size = info_splits.get(split, {}).get("bytes")
@@ -325,7 +333,7 @@ def _summary(inp: ReportInput, result: JobResult, columns: List[ReportColumn]) -
                    f'<b>{_num(info.get("records"))}</b> &middot; rejected: <b>{_num(info.get("rejected"))}</b></p>')
     label = label_column(columns)
     if label is not None and result.splits:
-        splits = sorted(result.splits)
+        splits = split_order(result.splits)
         counts = {s: result.splits[s]["columns"].get(label.name, {}).get("ids", {}) for s in splits}
         ids = sorted({int(i) for c in counts.values() for i in c})
         if len(ids) <= MAX_LABEL_BARS:
@@ -369,7 +377,7 @@ def _column_panels(split: str, stats: Dict[str, Any], columns: List[ReportColumn
         col = stats["columns"].get(c.name)
         if not col or not col.get("present"):
             continue
-        title = f"{c.name} ({c.kind})"
+        title = _e(c.name) + (f" <small>{_e(c.kind)}</small>" if c.kind != c.name else "")
         body: List[str] = []
         if c.kind == "label":
             counts = {_label_name(c, i): n for i, n in col["ids"].items()}
@@ -409,7 +417,7 @@ def _column_panels(split: str, stats: Dict[str, Any], columns: List[ReportColumn
                 body.append(_spread(col["bytes"], f"{split}: {c.name} size", "bytes", "size"))
             if col["values"]["n"] or col["values"]["nonfinite"]:
                 body.append(_spread(col["values"], f"{split}: {c.name}", "", "values"))
-        panels.append(f'<div class="panel"><h4>{_e(title)}</h4>{"".join(body)}</div>')
+        panels.append(f'<div class="panel"><h4>{title}</h4>{"".join(body)}</div>')
     return f'<div class="panels">{"".join(panels)}</div>' if panels else ""
 
 
@@ -550,9 +558,9 @@ th{background:#f3f5f8}table.small{font-size:12px;display:inline-table;margin-rig
 dl.facts{display:grid;grid-template-columns:max-content auto;gap:2px 1em}dt{font-weight:bold}dd{margin:0}
 .panels{display:flex;flex-wrap:wrap;gap:1em}.panel{border:1px solid #e3e3e3;border-radius:6px;padding:.5em 1em;max-width:560px}
 .panel h4{margin:.3em 0}img.chart{display:block;max-width:520px;height:auto}
-.grid{display:flex;flex-wrap:wrap;gap:10px}figure.card{margin:0;width:250px;border:1px solid #ddd;border-radius:6px;padding:6px;
+.grid{display:flex;flex-wrap:wrap;gap:10px}figure.card{margin:0;width:200px;border:1px solid #ddd;border-radius:6px;padding:6px;
 background:#fafafa}img.thumb{display:block;margin:0 auto 4px;image-rendering:auto;background:#eee}
-img.audio-pic{display:block;width:240px;height:auto}audio{width:240px;height:32px;margin:4px 0}
+img.audio-pic{display:block;width:200px;height:auto}audio{width:200px;height:32px;margin:4px 0}
 figcaption{font-size:12px;line-height:1.4;word-wrap:break-word}.where{color:#777;font-size:11px}
 .error{color:#b00020}.ok{color:#1b7f3b}code{font-size:12px}ul{margin:0;padding-left:1.2em}
 """
@@ -565,7 +573,7 @@ def render_page(inp: ReportInput, columns: List[ReportColumn], result: JobResult
 
     info = inp.info or {}
     title = f"{info.get('name', 'TFRecord files')} {info.get('version', '')}".strip()
-    splits = sorted(result.splits)
+    splits = split_order(result.splits)
     nav = ['<a href="#summary">summary</a>'] + [f'<a href="#split-{_e(s)}">{_e(s)}</a>' for s in splits] + [
         '<a href="#rejected">rejected</a>', '<a href="#validation">validation</a>']
     body = [
@@ -598,7 +606,7 @@ def cmd_report(args, beam_flags: List[str]) -> int:
         summary = run_report(args.paths, PipelineOptions(flags), args.output, splits=args.split or None,
                              samples=args.samples, validation=args.validation,
                              progress=not args.no_progress and is_local(flags))
-    except FileNotFoundError as err:
+    except (FileNotFoundError, ImportError) as err:
         print(f"tfrecord-io report: {err}", file=sys.stderr)
         return 2
     print("\n".join(summary.lines()))

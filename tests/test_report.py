@@ -281,7 +281,8 @@ def test_report_of_file_patterns_infers_columns(image_folder, tmp_path):
     train = sum(1 for r in _records(image_folder["version_dir"]) if r[0] == "train")
     assert summary.splits == {"train": train}
     assert page.count('<img class="thumb"') == 4
-    assert "image (image)" in page and "label (label)" in page
+    assert '<div class="panel"><h4>image</h4>' in page and '<div class="panel"><h4>label</h4>' in page
+    assert re.search(r"label: <b>[0-2]</b>", page)  # an int feature named label: ids, no names
     assert "Not a built dataset" in page
 
 
