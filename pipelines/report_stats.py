@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
 import json
 import math
 import re
@@ -46,6 +47,8 @@ MAX_LABEL_GROUPS = 20
 MAX_IMAGE_SIZES = 50
 #: Rejected rows kept (per reason) as examples.
 REJECTED_EXAMPLES = 5
+#: Records per element out of the read: folded into statistics in one DoFn call.
+READ_BATCH = 256
 
 TYPE_NAMES = {BYTES: "bytes", FLOAT: "float", INT64: "int", None: "empty"}
 KIND_OF_ENCODER = {
@@ -181,8 +184,34 @@ def _fit(h: Dict[str, Any], lo: int, hi: int) -> None:
     h["lo"], h["hi"] = lo, hi
 
 
+def _hist_add_one(h: Dict[str, Any], x: float) -> None:
+    """One number (the common case: a size, a length, a duration per record), without NumPy."""
+    if not math.isfinite(x):
+        h["nonfinite"] += 1
+        return
+    h["n"] += 1
+    h["sum"] += x
+    if h["lo"] is None:
+        h["min"] = h["max"] = x
+    elif x < h["min"]:
+        h["min"] = x
+    elif x > h["max"]:
+        h["max"] = x
+    i = math.floor(math.ldexp(x, -h["exp"]))
+    lo, hi = (i, i) if h["lo"] is None else (min(i, h["lo"]), max(i, h["hi"]))
+    if hi - lo + 1 > MAX_BINS:
+        _fit(h, lo, hi)
+        i = math.floor(math.ldexp(x, -h["exp"]))
+    else:
+        h["lo"], h["hi"] = lo, hi
+    h["bins"][i] = h["bins"].get(i, 0) + 1
+
+
 def hist_add(h: Dict[str, Any], values: Any) -> None:
     """Add numbers (a scalar, list or array) to ``h``."""
+    if isinstance(values, (int, float)):
+        _hist_add_one(h, float(values))
+        return
     arr = np.asarray(values, dtype=np.float64).reshape(-1)
     if arr.size == 0:
         return
@@ -330,7 +359,7 @@ def observe_record(data: bytes, columns: List[ReportColumn]) -> Dict[str, Any]:
             if values and isinstance(values[0], bytes):  # an Array stored as bytes
                 cols[c.name] = {"bytes": sum(len(v) for v in values)}
             else:
-                cols[c.name] = {"values": values}
+                cols[c.name] = {"values": values[0] if len(values) == 1 else values}
         elif c.kind == "bytes":
             values = _values(fmap, p)
             if values is not None:
@@ -483,32 +512,55 @@ def sample_key(relpath: str, offset: int) -> str:
     return hashlib.sha256(f"{relpath}:{offset}".encode("utf-8")).hexdigest()
 
 
-class ObserveRecords(beam.DoFn):
-    """``(path, offset, record)`` -> ``(split, observation)``, and to the ``samples``
-    output ``((split, group), (sample key, relpath, offset, record))``."""
+class ObserveBatch(beam.DoFn):
+    """A batch of ``(path, offset, record)`` -> one partial accumulator per split
+    ``(split, acc)`` and, to the ``samples`` output, the batch's ``n`` sample candidates
+    per group ``((split, group), (sample key, relpath, offset, record))``.
+
+    Folding a batch here (rather than sending every record on as an element) keeps
+    Beam's per-element cost off the per-record path: the combiners then merge a few
+    accumulators and a few candidates per batch.
+    """
 
     SAMPLES = "samples"
 
-    def __init__(self, shards: List[Shard], columns: List[ReportColumn], by_label: bool):
+    def __init__(self, shards: List[Shard], columns: List[ReportColumn], samples: int, by_label: bool):
         self._where = {s.path: (s.split, s.relpath) for s in shards}
         self._columns = [tuple(c) for c in columns]
+        self._samples = samples
         self._by_label = by_label
 
     def setup(self):
         self._cols = [ReportColumn(*c) for c in self._columns]
+        self._stats = SplitStatsFn(self._cols)
         self._label = label_column(self._cols) if self._by_label else None
 
-    def process(self, element):
-        path, offset, record = element
-        split, relpath = self._where.get(path, ("all", path.rsplit("/", 1)[-1]))
-        seen = observe_record(record, self._cols)
-        group = None
-        if self._label is not None:
-            group = seen.get("columns", {}).get(self._label.name, {}).get("id")
-        yield split, seen
-        yield beam.pvalue.TaggedOutput(
-            self.SAMPLES, ((split, group), (sample_key(relpath, offset), relpath, offset, bytes(record)))
-        )
+    def process(self, batch):
+        accs: Dict[str, Dict[str, Any]] = {}
+        candidates: Dict[Tuple[str, Optional[int]], List[Tuple[str, str, int, bytes]]] = {}
+        for path, offset, record in batch:
+            split, relpath = self._where.get(path, ("all", path.rsplit("/", 1)[-1]))
+            seen = observe_record(record, self._cols)
+            acc = accs.get(split)
+            if acc is None:
+                acc = accs[split] = self._stats.create_accumulator()
+            self._stats.add_input(acc, seen)
+            group = None
+            if self._label is not None:
+                group = seen.get("columns", {}).get(self._label.name, {}).get("id")
+            candidates.setdefault((split, group), []).append((sample_key(relpath, offset), relpath, offset, record))
+        for split, acc in accs.items():
+            yield split, acc
+        for key, items in candidates.items():
+            for key_hash, relpath, offset, record in heapq.nsmallest(self._samples, items, key=lambda t: t[0]):
+                yield beam.pvalue.TaggedOutput(self.SAMPLES, (key, (key_hash, relpath, offset, bytes(record))))
+
+
+class MergeStatsFn(SplitStatsFn):
+    """``SplitStatsFn`` over partial accumulators (what :class:`ObserveBatch` emits)."""
+
+    def add_input(self, acc, partial):
+        return self.merge_accumulators([acc, partial])
 
 
 # --------------------------------------------------------------------------- rejected rows
@@ -586,19 +638,19 @@ def run_stats_job(shards: List[Shard], columns: List[ReportColumn], options, sam
                     observed = (
                         p
                         | "Shards" >> beam.Create(sorted({s.path for s in shards}))
-                        | "Read" >> tfrecord_io.ReadAllFromTFRecord(with_metadata=True)
-                        | "Count" >> beam.ParDo(CountProgress(bar.dir, "records"))
-                        | "Observe" >> beam.ParDo(ObserveRecords(shards, columns, by_label))
+                        | "Read" >> tfrecord_io.ReadAllFromTFRecord(with_metadata=True, batch_size=READ_BATCH)
+                        | "Count" >> beam.ParDo(CountProgress(bar.dir, "records", weigh=len))
+                        | "Observe" >> beam.ParDo(ObserveBatch(shards, columns, samples, by_label))
                         .with_output_types(_any_kv())  # not Tuple[...]: see README, Prism and tuple coders
-                        .with_outputs(ObserveRecords.SAMPLES, main="observed")
+                        .with_outputs(ObserveBatch.SAMPLES, main="observed")
                     )
                     tagged.append(
                         observed.observed
-                        | "SplitStats" >> beam.CombinePerKey(SplitStatsFn(columns))
+                        | "SplitStats" >> beam.CombinePerKey(MergeStatsFn(columns))
                         | "TagStats" >> beam.MapTuple(lambda split, stats: {"split": split, "stats": stats})
                     )
                     tagged.append(
-                        observed[ObserveRecords.SAMPLES]
+                        observed[ObserveBatch.SAMPLES]
                         | "Sample" >> beam.combiners.Top.SmallestPerKey(samples, key=lambda item: item[0])
                         | "TagSamples" >> beam.MapTuple(lambda key, items: {
                             "samples": list(key),
