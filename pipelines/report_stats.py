@@ -19,7 +19,9 @@ and, from the dead-letter file(s), the rejected rows grouped by column, stage an
 Histograms are mergeable without a first pass for the range: bins have a power-of-two
 width, the narrowest that keeps the data within :data:`MAX_BINS` bins; merging two
 partial histograms rebins the finer one (power-of-two bins nest exactly). The result
-depends only on the values, never on how the runner split the work.
+depends only on the values, never on how the runner split the work. (Means are sums in
+merge order: with floats they may differ in the last bits between runs, far below the
+three significant digits the page shows.)
 """
 
 from __future__ import annotations
