@@ -28,13 +28,12 @@ import json
 import os
 import re
 import sys
-import tempfile
 import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
-from tfrecord_io import files
+from tfrecord_io import datasets, files
 
-from .dataset_dir import INFO_NAME, LATEST_NAME, DatasetDirError
+from .dataset_dir import DatasetDirError
 from .report_stats import (
     MAX_IMAGE_SIZES, JobResult, ReportColumn, Shard, columns_from_encoders, columns_from_record, label_column,
 )
@@ -83,16 +82,9 @@ def split_order(splits) -> List[str]:
     return sorted(splits, key=lambda s: (usual.get(s, 3), s))
 
 
-def _join(base: str, name: str) -> str:
-    return f"{base.rstrip('/')}/{name}"
-
-
 def _read_small(path: str) -> Optional[bytes]:
     """A small file's bytes on any filesystem, or None when it does not exist."""
-    if not files.exists(path):
-        return None
-    with files.open_raw(path, "rb") as f:
-        return f.read()
+    return files.read_bytes(path) if files.exists(path) else None
 
 
 def _split_of(path: str) -> str:
@@ -103,23 +95,26 @@ def _split_of(path: str) -> str:
 
 def resolve_input(paths: Sequence[str], splits: Optional[Sequence[str]] = None) -> ReportInput:
     """Find the shards (and dead-letter files) a report covers."""
+    try:
+        for path in paths:
+            files.check_filesystem(path)
+    except ValueError as err:
+        raise ReportError(str(err)) from None
     paths = [p if files.is_remote(p) else os.path.abspath(p) for p in paths]
     version_dir = info = None
     if len(paths) == 1 and not any(ch in paths[0] for ch in "*?["):
         root = paths[0].rstrip("/")
-        latest = _read_small(_join(root, LATEST_NAME))
-        version_dir = _join(root, latest.decode("utf-8").strip()) if latest else root
-        raw = _read_small(_join(version_dir, INFO_NAME))
-        if raw is not None:
-            info = json.loads(raw.decode("utf-8"))
-        elif latest:
-            raise ReportError(f"{root}/{LATEST_NAME} names {os.path.basename(version_dir)}, which has no {INFO_NAME}")
-        else:
-            version_dir = None
+        try:
+            version_dir = datasets.resolve_version_dir(root)
+            info = datasets.load_info(version_dir)
+        except datasets.DatasetLayoutError as err:
+            if datasets.read_latest(root) or files.exists(files.join(root, datasets.INFO_NAME)):
+                raise ReportError(str(err)) from None  # a dataset, but not a whole one
+            version_dir = None  # a directory of TFRecord files
     if info is not None:
-        shards = [Shard(split, _join(version_dir, s["path"]), s["path"])
+        shards = [Shard(split, files.join(version_dir, s["path"]), s["path"])
                   for split, entry in sorted(info.get("splits", {}).items()) for s in entry.get("shards", [])]
-        rejected = files.glob(_join(version_dir, "rejected-*.jsonl"))
+        rejected = files.glob(files.join(version_dir, "rejected-*.jsonl"))
     else:
         found: List[str] = []
         for pattern in paths:
@@ -175,6 +170,10 @@ def load_validation(path: str) -> Dict[str, Any]:
 
 def _check_output(output: str) -> None:
     """Refuse an output the report could not be written to, before the job runs."""
+    try:
+        files.check_filesystem(output)
+    except ValueError as err:
+        raise ReportError(f"--output {err}") from None
     if files.is_remote(output):
         return
     parent = os.path.dirname(os.path.abspath(output))
@@ -186,26 +185,6 @@ def _check_output(output: str) -> None:
         raise ReportError(f"--output {output}: is a directory")
 
 
-def write_report_file(output: str, page: str) -> None:
-    """Local: a temporary file renamed into place (never a half-written page); remote:
-    the object appears whole when the upload closes."""
-    data = page.encode("utf-8")
-    if files.is_remote(output):
-        with files.open_raw(output, "wb") as f:
-            f.write(data)
-        return
-    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".tmp", dir=os.path.dirname(os.path.abspath(output)))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, output)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 # --------------------------------------------------------------------------- run
 
 
@@ -214,7 +193,10 @@ def run_report(paths: Sequence[str], options, output: str, splits: Optional[Sequ
     """Resolve the input, run the statistics job, write the page."""
     from .report_stats import run_stats_job
 
+    from apache_beam.io.filesystems import FileSystems
+
     started = time.monotonic()
+    FileSystems.set_options(options)  # the launcher reads LATEST, dataset_info.json ... with the job's flags (--s3_*)
     if samples < 0:
         raise ReportError(f"--samples {samples}: must be 0 or more")
     _check_output(output)
@@ -227,7 +209,7 @@ def run_report(paths: Sequence[str], options, output: str, splits: Optional[Sequ
     if samples == 0:
         result = result._replace(samples={})
     page = render_page(inp, columns, result, validation_report)
-    write_report_file(output, page)
+    files.write_bytes(output, page.encode("utf-8"))  # whole or nothing, on any filesystem
     return ReportSummary(
         output=output,
         bytes=len(page.encode("utf-8")),
@@ -243,7 +225,7 @@ def write_build_report(version_dir: str, options, progress: bool = True) -> Repo
     version is published (the page is a by-product: a failure here says so and leaves
     the published version as it is)."""
     try:
-        return run_report([version_dir], options, _join(version_dir, REPORT_NAME), progress=progress)
+        return run_report([version_dir], options, files.join(version_dir, REPORT_NAME), progress=progress)
     except Exception as err:  # noqa: BLE001 - reported with what state the build left
         raise ReportError(f"version {version_dir} is built and published, but writing its report failed: "
                           f"{type(err).__name__}: {err}") from err

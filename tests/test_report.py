@@ -210,6 +210,36 @@ def test_split_filter_and_usage_errors(demo, tmp_path):
     assert not os.path.exists(tmp_path / "x.html")
 
 
+def test_report_of_a_dataset_on_s3(demo, s3_server, s3_bucket, tmp_path):
+    """The demo's version copied to a real S3 server (versitygw): the report follows
+    LATEST there, reads the shards and the dead-letter file through Beam's S3
+    filesystem, writes the page there, and it is the local page but for the source."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrecord_io import files
+    from tests.pipeline_support import IN_PROCESS
+
+    s3_options = PipelineOptions(IN_PROCESS + s3_server.pipeline_args() + ["--default_sdk_harness_log_level=ERROR"])
+    FileSystems.set_options(s3_options)
+    try:
+        root = s3_bucket + "/datasets/demo"
+        for path in files.list_prefix(demo["version_dir"]):
+            if not path.endswith("report.html"):
+                files.write_bytes(files.join(root, "v1", os.path.relpath(path, demo["version_dir"])), open(path, "rb").read())
+        files.write_bytes(files.join(root, "LATEST"), b"v1\n")
+        run_report([root], s3_options, s3_bucket + "/reports/demo.html", progress=False)
+        page = files.read_bytes(s3_bucket + "/reports/demo.html").decode("utf-8")
+    finally:
+        FileSystems.set_options(PipelineOptions([]))
+    local = str(tmp_path / "local.html")
+    run_report([demo["out"]], options(), local, progress=False)
+    with open(local, encoding="utf-8") as f:
+        expected = f.read().replace(demo["version_dir"], root + "/v1")
+    assert page == expected
+    assert "1 rows rejected" in page and page.count('<img class="thumb"') > 3
+
+
 # --------------------------------------------------------------------------- a labelled image folder
 
 FOLDER_CLASSES = ["bird", "cat", "dog"]
