@@ -25,7 +25,7 @@ from pipelines.demo_data import make_demo_media
 from pipelines.report import run_report
 from pipelines.report_stats import hist_add, hist_merge, hist_new, hist_output
 from pipelines.validate import run_validate
-from tests.pipeline_support import TWO_WORKERS, options, run_cli
+from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, options, run_cli
 from tfrecord_io.codec import parse_example
 from tfrecord_io.index import load_index
 from tfrecord_io.reader import tfrecord_iterator
@@ -105,6 +105,43 @@ def test_histogram_is_the_same_whatever_the_partition():
         got = hist_output(merged)
         assert (got["width"], got["bins"], got["n"], got["nonfinite"]) == (
             expected["width"], expected["bins"], expected["n"], expected["nonfinite"])
+
+
+def test_rejected_rows_group_by_reason_without_the_failing_path():
+    """Rows that failed for the same reason on different files are one group; the path
+    stays in each example; a line that is not JSON is a group of its own, not a crash."""
+    from pipelines.report_stats import RejectedGroupFn, reason_group
+
+    lines = [json.dumps({"row": {"id": f"r{i}", "image": f"/data/img{i}.jpg"}, "column": "image", "stage": "decode",
+                         "reason": f"/data/img{i}.jpg: cannot read the image header (OSError: Truncated File Read)"})
+             for i in range(7)]
+    lines.append(json.dumps({"row": {"id": "x", "label": "fish"}, "column": "label", "stage": "transform",
+                             "reason": "label 'fish' is not in the vocabulary (3 names)"}))
+    lines.append("{not json")
+    groups: Dict[str, list] = {}
+    for line in lines:
+        key, example = reason_group(line, "id")
+        groups.setdefault(key, []).append(example)
+    assert sorted((json.loads(k)[:2] for k in groups), key=str) == [["image", "decode"], ["label", "transform"], [None, None]]
+    image = groups[json.dumps(["image", "decode", "cannot read the image header (OSError: Truncated File Read)"])]
+    fn = RejectedGroupFn()
+    halves = [fn.create_accumulator(), fn.create_accumulator()]
+    for i, example in enumerate(image):
+        fn.add_input(halves[i % 2], example)
+    merged = fn.extract_output(fn.merge_accumulators(halves))
+    assert merged["count"] == 7 and [e["row"] for e in merged["examples"]] == ["r0", "r1", "r2", "r3", "r4"]
+    assert merged["examples"][0]["reason"].startswith("/data/img0.jpg: ")
+
+
+def test_samples_are_grouped_by_label_only_for_few_classes():
+    from pipelines.report_stats import MAX_LABEL_GROUPS, ReportColumn, groups_by_label
+
+    def label(n):
+        return ReportColumn("label", "label", "label", tuple(str(i) for i in range(n)), n)
+
+    assert groups_by_label([label(3)]) and groups_by_label([label(MAX_LABEL_GROUPS)])
+    assert not groups_by_label([label(MAX_LABEL_GROUPS + 1)])  # 1000 ImageNet classes: samples per split
+    assert not groups_by_label([ReportColumn("label", "label", "label")])  # no vocabulary, no class count
 
 
 # --------------------------------------------------------------------------- the demo dataset
@@ -201,6 +238,8 @@ def test_split_filter_and_usage_errors(demo, tmp_path):
     with open(only, encoding="utf-8") as f:
         page = f.read()
     assert 'id="split-train"' in page and 'id="split-test"' not in page
+    ok = run_cli("report", demo["out"], "--samples", "1", "--no-progress", "--output", str(tmp_path / "cli.html"), *IN_PROCESS)
+    assert ok.returncode == 0 and ok.stdout.startswith(f"report: {tmp_path / 'cli.html'} (") and "1 rejection reason(s)" in ok.stdout
     bad = run_cli("report", demo["out"], "--split", "nope", "--output", str(tmp_path / "x.html"))
     assert bad.returncode == 2 and "--split nope: not in this dataset" in bad.stderr and "Traceback" not in bad.stderr
     bad = run_cli("report", demo["out"], "--output", str(tmp_path / "missing" / "x.html"))
@@ -218,7 +257,6 @@ def test_report_of_a_dataset_on_s3(demo, s3_server, s3_bucket, tmp_path):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from tfrecord_io import files
-    from tests.pipeline_support import IN_PROCESS
 
     s3_options = PipelineOptions(IN_PROCESS + s3_server.pipeline_args() + ["--default_sdk_harness_log_level=ERROR"])
     FileSystems.set_options(s3_options)
