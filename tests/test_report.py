@@ -231,6 +231,28 @@ def test_same_version_gives_the_same_page_from_build_and_command(demo, tmp_path)
         assert a.read() == b.read()
 
 
+@pytest.mark.runners
+@pytest.mark.parametrize("runner", ["prism", "flink", "spark"])
+def test_same_page_on_portable_runners(runner, demo, tmp_path):
+    """The statistics job on Prism / Flink / Spark (configs/<runner>.yaml, LOOPBACK
+    workers) gives the page the build wrote on the DirectRunner, byte for byte."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.options import beam_args
+    from pipelines.runners import RunnerSetupError
+
+    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", f"{runner}.yaml")) as f:
+        section = yaml.safe_load(f)["runner"]
+    try:
+        flags = beam_args(section, [])
+    except RunnerSetupError as err:
+        pytest.fail(f"{err}\n(the runner tests need bash scripts/fetch-runners to have run)", pytrace=False)
+    page = str(tmp_path / f"{runner}.html")
+    run_report([demo["version_dir"]], PipelineOptions(flags), page, progress=False)
+    with open(os.path.join(demo["version_dir"], "report.html"), "rb") as a, open(page, "rb") as b:
+        assert a.read() == b.read()
+
+
 def test_split_filter_and_usage_errors(demo, tmp_path):
     only = str(tmp_path / "train.html")
     summary = run_report([demo["out"]], options(), only, splits=["train"], samples=1, progress=False)
