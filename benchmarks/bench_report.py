@@ -141,7 +141,7 @@ def main() -> int:
         summary = run_report([root], two, os.path.join(tmp, "report.html"), samples=args.samples, progress=False)
         rows.append((f"whole report ({summary.bytes / 1e6:.1f} MB page)", time.perf_counter() - t0, sum(summary.splits.values())))
     base = rows[0][1]
-    print(f"| case | seconds | records/s | vs plain loop |\n|---|---:|---:|---:|")
+    print("| case | seconds | records/s | vs plain loop |\n|---|---:|---:|---:|")
     for name, seconds, n in rows:
         print(f"| {name} | {seconds:.1f} | {n / seconds:,.0f} | {base / seconds:.2f}x |")
     return 0

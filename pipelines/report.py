@@ -203,7 +203,8 @@ def run_report(paths: Sequence[str], options, output: str, splits: Optional[Sequ
     inp = resolve_input(paths, splits)
     validation_report = load_validation(validation) if validation else None
     columns = _columns(inp)
-    key_column = (inp.info or {}).get("config", {}).get("key") if isinstance((inp.info or {}).get("config"), dict) else None
+    config = (inp.info or {}).get("config")
+    key_column = config.get("key") if isinstance(config, dict) else None  # names rejected rows
     result = run_stats_job(inp.shards, columns, options, samples=max(samples, 1), rejected_paths=inp.rejected,
                            key_column=key_column, progress=progress)
     if samples == 0:
@@ -461,7 +462,7 @@ def _samples(split: str, groups: Mapping[Any, list], columns: List[ReportColumn]
         if c.config and c.kind in ("image", "audio", "text", "label", "int", "float"):
             decoders[c.name] = spec_from_config({c.name: c.config})[c.name]
     label = label_column(columns)
-    out = [f'<h3>Samples</h3>']
+    out = ['<h3>Samples</h3>']
     for group in sorted(groups, key=lambda g: (g is None, g if g is not None else 0)):
         items = groups[group]
         if group is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import io
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
