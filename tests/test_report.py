@@ -144,6 +144,51 @@ def test_samples_are_grouped_by_label_only_for_few_classes():
     assert not groups_by_label([ReportColumn("label", "label", "label")])  # no vocabulary, no class count
 
 
+def test_media_for_the_page_from_any_image_mode_and_long_audio():
+    """16-bit and grey+alpha images become viewable thumbnails; a 12 s stereo clip gets
+    a picture and a player of its first 10 s at its own rate."""
+    import soundfile as sf
+    from PIL import Image
+
+    from pipelines.report_media import audio_picture, thumbnail, wav_clip
+
+    def decoded(uri):
+        return base64.b64decode(uri.split(",", 1)[1])
+
+    ramp16 = (np.arange(300 * 200, dtype=np.uint16).reshape(200, 300, 1) * 7)
+    uri, w, h = thumbnail(ramp16)
+    img = Image.open(io.BytesIO(decoded(uri)))
+    assert (w, h) == (128, 85) and img.size == (128, 85) and img.mode == "L"
+    assert np.asarray(img).min() < 20 and np.asarray(img).max() > 235  # stretched to the 8-bit range
+    la = np.dstack([np.full((40, 40), 90, np.uint8), np.full((40, 40), 255, np.uint8)])
+    assert Image.open(io.BytesIO(decoded(thumbnail(la)[0]))).mode == "RGBA"
+    rate = 8000
+    t = np.arange(12 * rate) / rate
+    stereo = np.stack([np.sin(2 * np.pi * 440 * t), np.sin(2 * np.pi * 660 * t)], axis=1).astype(np.float32) * 0.5
+    uri, cut = wav_clip(stereo, rate)
+    samples, got_rate = sf.read(io.BytesIO(decoded(uri)))
+    assert cut and got_rate == rate and samples.shape == (10 * rate, 2)
+    assert np.abs(samples - stereo[: 10 * rate]).max() < 1e-3
+    picture = Image.open(io.BytesIO(decoded(audio_picture(stereo, rate))))
+    assert picture.size == (200, 150) and len(picture.getcolors(1 << 16)) > 8
+
+
+def test_validation_section_shows_problems_and_a_report_of_another_version():
+    from pipelines.report import ReportInput, _validation
+
+    inp = ReportInput("/data/ds", "/data/ds/v2", {"name": "ds"}, [], [])
+    failed = {"ok": False, "dataset": "/data/ds/v1", "files": 2, "records": 10, "bytes": 1000, "checksums_checked": True,
+              "problems": [{"path": "/data/ds/v1/train/a.tfrecord", "offset": 4096, "kind": "corrupt",
+                            "reason": "data CRC mismatch"}]}
+    section = _validation(inp, failed)
+    assert "This validation report is for /data/ds/v1, not for /data/ds/v2." in section
+    assert '<b class="error">FAILED: 1 problem(s)</b>' in section
+    assert "<td>/data/ds/v1/train/a.tfrecord</td><td>4,096</td><td>corrupt</td><td>data CRC mismatch</td>" in section
+    ok = _validation(inp, {**failed, "ok": True, "problems": [], "dataset": "/data/ds/v2"})
+    assert '<b class="ok">OK</b>' in ok and "not for" not in ok and "<table" not in ok
+    assert "No validation result given" in _validation(inp, None)
+
+
 # --------------------------------------------------------------------------- the demo dataset
 
 
