@@ -340,16 +340,17 @@ def _img(uri: str, alt: str, cls: str = "chart", width: Optional[int] = None, he
 
 
 def _spread(h: Dict[str, Any], title: str, unit: str, what: str = "") -> str:
-    """A distribution: its range and mean, and a histogram when it has more than one bin."""
+    """A distribution: its range and mean, and a histogram unless every value is the same."""
     from .report_media import histogram_chart
 
+    unit_text = f" {_e(unit)}" if unit else ""
+    nonfinite = f"; {h['nonfinite']:,} NaN/inf" if h["nonfinite"] else ""
     if not h["n"]:
-        return f"<p>{_e(what)} no values" + (f" ({h['nonfinite']:,} NaN/inf)" if h["nonfinite"] else "") + "</p>"
-    text = (f"<p>{_e(what)} {_num(h['min'])} .. {_num(h['max'])} {_e(unit)}, mean {_num(h['mean'])}"
-            + (f"; {h['nonfinite']:,} NaN/inf" if h["nonfinite"] else "") + "</p>")
+        return f"<p>{_e(what)} no finite values{nonfinite}</p>"
     if h["min"] == h["max"]:
-        return f"<p>{_e(what)} all {_num(h['min'])} {_e(unit)}</p>"
-    return text + _img(histogram_chart(h, title, unit), title)
+        return f"<p>{_e(what)} all {_num(h['min'])}{unit_text}{nonfinite}</p>"
+    return (f"<p>{_e(what)} {_num(h['min'])} .. {_num(h['max'])}{unit_text}, mean {_num(h['mean'])}{nonfinite}</p>"
+            + _img(histogram_chart(h, title, unit), title))
 
 
 def _column_panels(split: str, stats: Dict[str, Any], columns: List[ReportColumn]) -> str:

@@ -421,6 +421,44 @@ def test_report_of_file_patterns_infers_columns(image_folder, tmp_path):
     assert "Not a built dataset" in page
 
 
+def test_numeric_text_and_bytes_columns(tmp_path):
+    """Int, Float (with a NaN), Array, Text and Bytes columns: histograms of values,
+    lengths and sizes, from dataset_info.json's encoders and, for the same files without
+    it, from the keys alone."""
+    from tfrecord_io.writer import RecordWriter
+    from transforms import Array, Bytes, Float, Int, Text, encode_row
+
+    spec = {"count": Int(), "score": Float(allow_nan=True), "emb": Array(dtype="float32", shape=(4,)),
+            "note": Text(), "blob": Bytes()}
+    rows = [{"count": i, "score": float("nan") if i == 7 else i / 10, "emb": [i, -i, 0.5, 2.0],
+             "note": "x" * (1 + i % 9), "blob": bytes([255, i % 256]) * (1 + i % 3)} for i in range(100)]
+    version = tmp_path / "ds" / "v1"
+    (version / "train").mkdir(parents=True)
+    rel = "train/nums-train.tfrecord-00000-of-00001"
+    with RecordWriter(str(version / rel), "") as writer:
+        writer.write_records([encode_row(r, spec) for r in rows])
+    (version / "dataset_info.json").write_text(json.dumps({
+        "name": "nums", "version": "v1", "encoders": {c: e.to_config() for c, e in spec.items()},
+        "splits": {"train": {"records": 100, "bytes": os.path.getsize(version / rel), "num_shards": 1,
+                             "shards": [{"path": rel, "records": 100}]}}}))
+    (tmp_path / "ds" / "LATEST").write_text("v1\n")
+    pages = []
+    for source in (str(tmp_path / "ds"), str(version / "train" / "*.tfrecord-*")):
+        out = str(tmp_path / f"page{len(pages)}.html")
+        run_report([source], options(), out, samples=2, progress=False)
+        with open(out, encoding="utf-8") as f:
+            pages.append(f.read())
+    for page in pages:
+        assert "values 0 .. 99, mean 49.5" in page  # count
+        assert "; 1 NaN/inf" in page and "train: score" in page  # score: 99 finite values and a NaN
+        assert "values -99 .. 99, mean" in page and "train: emb" in page  # all 400 values of the arrays
+        assert "train: blob size" in page and "size 2 .. 6 bytes" in page
+        assert "length 1 .. 9 characters, mean" in page
+        emb = re.search(r"<tr><td>emb</td><td>float</td><td>100</td><td>(.*?)</td>", page).group(1)
+        assert emb == "4 .. 4"  # values per record
+        assert page.count('<figure class="card">') == 2 and "<img class=\"thumb\"" not in page
+
+
 # --------------------------------------------------------------------------- in a real browser
 
 
