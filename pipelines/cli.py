@@ -145,7 +145,8 @@ def cmd_build(args, beam_flags: List[str]) -> int:
 
     overrides = parse_overrides(args.set)
     if args.output:
-        overrides.append(("output.dir", os.path.abspath(args.output)))
+        # URLs (s3://, gs:// ...) as given: abspath would turn them into a local "s3:" directory.
+        overrides.append(("output.dir", args.output if "://" in args.output else os.path.abspath(args.output)))
     if args.version:
         overrides.append(("output.version", args.version))
     if args.num_shards:
@@ -163,11 +164,14 @@ def cmd_index(args, beam_flags: List[str]) -> int:
     from .options import pipeline_options
     from .progress import ProgressPrinter
 
+    from .dataset_dir import use_filesystems
+
+    options = pipeline_options(_runner_section(args.runner_config), beam_flags)
+    use_filesystems(options, args.paths)  # S3 flags for the launcher; unknown scheme -> exit 2
     paths = expand_patterns(args.paths)
     if not paths:
         print(f"tfrecord-io index: no TFRecord files match {' '.join(args.paths)}", file=sys.stderr)
         return 2
-    options = pipeline_options(_runner_section(args.runner_config), beam_flags)
     with ProgressPrinter("index", enabled=not args.no_progress, rate_stage="files", total=len(paths)) as bar:
         results = run_index(paths, options, force=args.force, progress_dir=bar.dir)
     counts: Dict[str, int] = {}

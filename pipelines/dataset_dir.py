@@ -42,10 +42,17 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from tfrecord_io import files
-from tfrecord_io.datasets import INFO_NAME, LATEST_NAME, DatasetLayoutError, load_info, read_latest  # noqa: F401
+from tfrecord_io.datasets import (  # noqa: F401 - re-exported for the jobs
+    INFO_NAME,
+    LATEST_NAME,
+    DatasetLayoutError,
+    load_info,
+    read_latest,
+    resolve_version_dir,
+)
 
 BUILDING_NAME = "_BUILDING"
 HEARTBEAT_S = 30.0
@@ -303,3 +310,44 @@ def publish(out_dir: str, version: str) -> None:
     if load_info(files.join(out_dir, version)) is None:
         raise DatasetDirError(f"refusing to publish {version}: it has no {INFO_NAME}")
     files.write_bytes(files.join(out_dir, LATEST_NAME), (version + "\n").encode("utf-8"))
+
+
+def use_filesystems(options, paths: Iterable[str] = ()) -> None:
+    """Give Beam's FileSystems this job's options in the launching process (an S3
+    endpoint and credentials from ``--s3_*`` flags...), and refuse, as a usage error,
+    any path no filesystem here can open - before anything is read or written."""
+    from apache_beam.io.filesystems import FileSystems
+
+    FileSystems.set_options(options)
+    for path in paths:
+        try:
+            files.check_filesystem(path)
+        except ValueError as err:
+            raise DatasetDirError(str(err)) from None
+
+
+def _is_pattern(path: str) -> bool:
+    return any(c in path for c in "*?[")
+
+
+def find_dataset(paths: List[str]) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
+    """``(version_dir, info)`` when ``paths`` is one dataset root (following ``LATEST``)
+    or one version directory, on any filesystem; else ``(None, None)``."""
+    if len(paths) != 1 or _is_pattern(paths[0]):
+        return None, None
+    try:
+        version_dir = resolve_version_dir(paths[0])
+    except DatasetLayoutError:
+        return None, None
+    except Exception as err:  # noqa: BLE001 - unreachable bucket, no permission ...
+        raise DatasetDirError(f"{paths[0]}: cannot read it ({_first_line(err)})") from None
+    return version_dir, load_info(version_dir)
+
+
+def dataset_shards(version_dir: str, info: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The shards ``dataset_info.json`` lists, each with its split and full path (``abspath``)."""
+    out = []
+    for split, entry in sorted(info.get("splits", {}).items()):
+        for shard in entry.get("shards", []):
+            out.append({**shard, "split": split, "abspath": files.join(version_dir, shard["path"])})
+    return out
