@@ -287,7 +287,7 @@ def _claim_version(out_dir: str, requested: str, fingerprint: str, log) -> Tuple
         claim = dataset_dir.BuildClaim(files.join(out_dir, plan["version"]))
         try:
             claim.acquire()
-        except dataset_dir.DatasetDirError:
+        except dataset_dir.VersionTaken:
             if auto:
                 continue  # another run took the name between our look and our claim
             raise

@@ -64,6 +64,26 @@ class DatasetDirError(ValueError):
     """The output cannot take this build; the message says why (a usage error, exit 2)."""
 
 
+class VersionTaken(DatasetDirError):
+    """Another live run holds this version's ``_BUILDING`` marker."""
+
+
+class _BeamLogsMuted:
+    """Beam's S3 writer logs a full traceback at ERROR before raising; the caller turns
+    the exception into one line, so the log is muted around such calls."""
+
+    def __enter__(self):
+        import logging
+
+        self._previous = logging.root.manager.disable
+        logging.disable(logging.CRITICAL)
+
+    def __exit__(self, *exc):
+        import logging
+
+        logging.disable(self._previous)
+
+
 def new_version_name(requested: str = "auto") -> str:
     """``auto`` -> a UTC timestamp such as ``20261130T081500Z`` (sortable)."""
     if requested and requested != "auto":
@@ -97,7 +117,8 @@ def check_reachable(out_dir: str) -> None:
             raise DatasetDirError(f"output {out_dir} exists and is not a directory")
         return
     try:
-        files.glob(out_dir.rstrip("/") + "/*")
+        with _BeamLogsMuted():
+            files.glob(out_dir.rstrip("/") + "/*")
     except Exception as err:  # noqa: BLE001 - any listing failure means "cannot use this output"
         raise DatasetDirError(f"output {out_dir}: cannot list it ({_first_line(err)})") from None
 
@@ -153,17 +174,18 @@ class BuildClaim:
         """Create the marker, or raise :class:`DatasetDirError` if another run holds it."""
         try:
             if files.is_remote(self.path):
-                files.write_bytes(self.path, self._body())
+                with _BeamLogsMuted():
+                    files.write_bytes(self.path, self._body())
                 time.sleep(CLAIM_SETTLE_S)
                 holder = read_marker(self.version_dir)
                 if not holder or holder.get("run_id") != self.run_id:
-                    raise DatasetDirError(f"version {self.version_dir} is being built by another run ({_describe(holder)})")
+                    raise VersionTaken(f"version {self.version_dir} is being built by another run ({_describe(holder)})")
             else:
                 os.makedirs(self.version_dir, exist_ok=True)
                 try:
                     fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
                 except FileExistsError:
-                    raise DatasetDirError(
+                    raise VersionTaken(
                         f"version {self.version_dir} is being built by another run ({_describe(read_marker(self.version_dir))})"
                     ) from None
                 with os.fdopen(fd, "wb") as f:
@@ -261,7 +283,7 @@ def prepare_version(out_dir: str, version: str, fingerprint: str, auto: bool, lo
                 if auto:
                     candidate = f"{version}-{attempt}"
                     continue
-                raise DatasetDirError(f"version {version_dir} is being built by another run ({_describe(marker)})")
+                raise VersionTaken(f"version {version_dir} is being built by another run ({_describe(marker)})")
             log(f"removing the unfinished earlier attempt at {version_dir} ({len(existing)} objects, {_describe(marker)})")
             remove_version(version_dir)
         return {"state": "new", "version": candidate}
