@@ -89,7 +89,8 @@ def timed(cmd: List[str], env: Optional[Dict[str, str]] = None) -> Dict[str, flo
         print(json.dumps({"rc": rc, "wall": wall, "user": r.ru_utime, "sys": r.ru_stime, "rss_mb": r.ru_maxrss / 1024}))
         """
     )
-    proc = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, env=env)
+    # cwd: ``python -m pipelines`` puts the working directory first on sys.path.
+    proc = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, env=env, cwd=REPO)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     if result["rc"] != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-2000:]}")
