@@ -336,7 +336,12 @@ def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print) ->
             with beam.Pipeline(options=options) as p:
                 (
                     p
-                    | "ShardTasks" >> beam.Create(list(enumerate(tasks)), reshuffle=False)
+                    # Typed KV[Any, Any]: coded by Beam's deterministic FastPrimitivesCoder,
+                    # opaque bytes to the runner (Prism 2.62 cannot decode Python-specific
+                    # composite coders at a GroupByKey, apache/beam#32636).
+                    | "ShardTasks" >> beam.Create(list(enumerate(tasks)), reshuffle=False).with_output_types(
+                        beam.typehints.KV[beam.typehints.Any, beam.typehints.Any]
+                    )
                     # Keyed by task number and grouped: the runner deals the tasks out to
                     # its workers in that (largest-first) order.
                     | "SpreadTasks" >> beam.GroupByKey()
