@@ -285,3 +285,32 @@ def test_s3_build_validate_corrupt_reshard_rerun_kill_retry(media, s3_fs, s3_buc
     assert index.returncode == 0 and "4 ok" in index.stdout, index.stdout + index.stderr
     inspect = run_cli("inspect", root, "--head", "1", *flags)
     assert inspect.returncode == 0 and "12 records" in inspect.stdout, inspect.stdout + inspect.stderr
+
+
+def test_two_runs_claiming_one_s3_version_at_once_only_one_wins(s3_fs, s3_bucket):
+    """Object stores have no O_EXCL: each run writes the marker, waits, reads it back,
+    and only the run whose id is there goes on."""
+    import threading
+
+    version_dir = s3_bucket + "/ds/v1"
+    claims = [dataset_dir.BuildClaim(version_dir) for _ in range(2)]
+    outcomes = {}
+
+    def claim(i):
+        try:
+            claims[i].acquire()
+            outcomes[i] = "won"
+        except dataset_dir.VersionTaken as err:
+            outcomes[i] = str(err)
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(o == "won" for o in outcomes.values()) == [False, True], outcomes
+    winner = next(i for i, o in outcomes.items() if o == "won")
+    assert "being built by another run" in outcomes[1 - winner]
+    assert dataset_dir.read_marker(version_dir)["run_id"] == claims[winner].run_id
+    claims[winner].release()
+    assert dataset_dir.read_marker(version_dir) is None
