@@ -280,14 +280,6 @@ def stat_many(paths: List[str]) -> Dict[str, Optional[Tuple[int, float]]]:
     return out
 
 
-def rename(src: str, dst: str) -> None:
-    """Move ``src`` to ``dst``: an atomic rename locally, copy + delete on object stores."""
-    if is_remote(src) or is_remote(dst):
-        _beam_filesystems().rename([src], [dst])
-        return
-    os.replace(_local(src), _local(dst))
-
-
 class ZlibReader(io.RawIOBase):
     """A readable stream over ZLIB-compressed data, as TensorFlow's ZLIB option writes it.
 
