@@ -162,14 +162,14 @@ def _runner_section(path: Optional[str]) -> Optional[dict]:
 def cmd_build(args, beam_flags: List[str]) -> int:
     from .build import run_build
     from .config import load_config, parse_overrides
-    from .dataset_dir import new_version_name
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from .options import beam_args, is_local
 
     overrides = parse_overrides(args.set)
     if args.output:
-        overrides.append(("output.dir", os.path.abspath(args.output)))
+        # URLs (s3://, gs:// ...) as given: abspath would turn them into a local "s3:" directory.
+        overrides.append(("output.dir", args.output if "://" in args.output else os.path.abspath(args.output)))
     if args.version:
         overrides.append(("output.version", args.version))
     if args.num_shards:
@@ -177,11 +177,11 @@ def cmd_build(args, beam_flags: List[str]) -> int:
     cfg = load_config(args.config, overrides)
     runner_cfg = _runner_section(args.runner_config) or cfg["runner"]
     flags = beam_args(runner_cfg, beam_flags)
-    # The version's name is fixed here (not inside run_build) so that a failure can
-    # say, and clean up, exactly what this run left.
-    cfg["output"]["version"] = new_version_name(cfg["output"]["version"])
-    args.failure_state = BuildState(cfg["output"]["dir"], cfg["output"]["version"])
-    summary = run_build(cfg, PipelineOptions(flags), progress=not args.no_progress and is_local(flags))
+    # run_build names the version it claims (an `auto` name may get a suffix when taken);
+    # the failure block then says exactly what this run left there.
+    args.failure_state = BuildState(cfg["output"]["dir"])
+    summary = run_build(cfg, PipelineOptions(flags), progress=not args.no_progress and is_local(flags),
+                        on_version=args.failure_state.claimed)
     print("\n".join(summary.lines()))
     return 0
 
@@ -191,11 +191,14 @@ def cmd_index(args, beam_flags: List[str]) -> int:
     from .options import pipeline_options
     from .progress import ProgressPrinter
 
+    from .dataset_dir import use_filesystems
+
+    options = pipeline_options(_runner_section(args.runner_config), beam_flags)
+    use_filesystems(options, args.paths)  # S3 flags for the launcher; unknown scheme -> exit 2
     paths = expand_patterns(args.paths)
     if not paths:
         print(f"tfrecord-io index: no TFRecord files match {' '.join(args.paths)}", file=sys.stderr)
         return 2
-    options = pipeline_options(_runner_section(args.runner_config), beam_flags)
     with ProgressPrinter("index", enabled=not args.no_progress, rate_stage="files", total=len(paths)) as bar:
         results = run_index(paths, options, force=args.force, progress_dir=bar.dir)
     counts: Dict[str, int] = {}
@@ -239,41 +242,48 @@ def _register_optional() -> None:
 
 
 class BuildState:
-    """What a failed build leaves: ``LATEST`` as it was, and the version directory this
-    run created (removed when it has no ``dataset_info.json``: nobody can read it)."""
+    """What a failed build leaves, described after the build's own clean-up
+    (``run_build`` removes an unfinished version itself): where ``LATEST`` points, and
+    whether the version this run claimed is gone, unfinished or complete. Any filesystem."""
 
-    def __init__(self, out_dir: str, version: str):
+    def __init__(self, out_dir: str):
         from .dataset_dir import read_latest
 
-        self.out_dir = out_dir
+        self.out_dir = out_dir.rstrip("/") or "/"
+        self.version: Optional[str] = None
+        try:
+            self.latest_before = read_latest(self.out_dir)
+        except Exception:  # noqa: BLE001 - an unreachable output is reported by run_build itself
+            self.latest_before = None
+
+    def claimed(self, version: str) -> None:
+        """Called by ``run_build`` once it owns ``version``."""
         self.version = version
-        self.version_dir = os.path.join(out_dir, version)
-        self.existed = os.path.exists(self.version_dir)
-        self.latest_before = read_latest(out_dir) if os.path.isdir(out_dir) else None
 
     def __call__(self) -> List[str]:
-        import shutil
+        from tfrecord_io import files
 
         from .dataset_dir import load_info, read_latest
 
         lines = []
-        latest = read_latest(self.out_dir) if os.path.isdir(self.out_dir) else None
+        latest = read_latest(self.out_dir)
         if latest and latest == self.latest_before:
             lines.append(f"LATEST still points at {latest}; readers see that version, unchanged")
         elif latest:
             lines.append(f"LATEST points at {latest} (it was {self.latest_before or 'absent'} before this run)")
         else:
             lines.append(f"no LATEST in {self.out_dir}: no version of this dataset has been published")
-        if self.existed or not os.path.exists(self.version_dir):
-            lines.append(f"version {self.version} was not written")
-        elif load_info(self.version_dir) is None:
-            shutil.rmtree(self.version_dir, ignore_errors=True)
-            if os.path.exists(self.version_dir):
-                lines.append(f"partial output left in {self.version_dir} (no dataset_info.json: no reader takes it)")
-            else:
-                lines.append(f"partial output {self.version_dir} removed")
+        if self.version is None:
+            lines.append("no version was started: nothing was written")
+            return lines
+        version_dir = files.join(self.out_dir, self.version)
+        if not files.list_prefix(version_dir):
+            lines.append(f"partial output {version_dir} removed")
+        elif load_info(version_dir) is None:
+            lines.append(f"partial output left in {version_dir} (no dataset_info.json: no reader takes it; "
+                         "a rerun with the same --version removes it)")
         else:
-            lines.append(f"{self.version_dir} is complete (dataset_info.json written) but LATEST was not moved to it")
+            lines.append(f"{version_dir} is complete (dataset_info.json written) but LATEST was not moved to it")
         return lines
 
 
