@@ -10,7 +10,8 @@ Two tasks, one version directory per scheduled run (``{{ ts_nodash }}``, e.g.
   A retry, and a rerun of the same logical date, pass the same ``--version``: the build
   then finishes a failed attempt's version or, if that version is already complete,
   checks it and exits 0 without rewriting it.
-- ``validate``: ``tfrecord-io validate <output>`` in the same interpreter: it follows
+- ``validate``: ``tfrecord-io validate <output>`` in the same interpreter, on the same
+  runner with the same Beam flags: it follows
   ``<output>/LATEST``, checks every record's CRCs, parses each Example against the
   feature spec and compares counts and SHA-256 with ``dataset_info.json``; any problem
   fails the task.
@@ -39,7 +40,7 @@ import json
 import os
 import shlex
 from datetime import datetime, timedelta
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
 from airflow.providers.standard.operators.bash import BashOperator
@@ -65,6 +66,19 @@ def _beam_options() -> Dict[str, Any]:
     if not isinstance(options, dict):
         raise RuntimeError(f"{DAG_ID}: TFRECORD_IO_BEAM_OPTIONS must be a JSON object, got {raw!r}")
     return options
+
+
+def _as_flags(options: Dict[str, Any]) -> List[str]:
+    """Beam options as command-line flags, the way the Beam operator writes them."""
+    flags: List[str] = []
+    for name, value in options.items():
+        if value is True:
+            flags.append(f"--{name}")
+        elif isinstance(value, list):
+            flags += [f"--{name}={item}" for item in value]
+        elif value is not None and value is not False:
+            flags.append(f"--{name}={json.dumps(value) if isinstance(value, dict) else value}")
+    return flags
 
 
 PYTHON = _required("TFRECORD_IO_PYTHON")
@@ -100,8 +114,8 @@ with DAG(
             "version": "{{ ts_nodash }}",
         },
     )
-    validate = BashOperator(
-        task_id="validate",
-        bash_command=f"{shlex.quote(PYTHON)} -m pipelines validate {shlex.quote(OUTPUT)} --no-progress",
-    )
+    # The same runner and Beam flags as the build: validate reads every record.
+    validate_command = [PYTHON, "-m", "pipelines", "validate", OUTPUT, "--no-progress",
+                        *_as_flags({"runner": RUNNER, **_beam_options()})]
+    validate = BashOperator(task_id="validate", bash_command=" ".join(shlex.quote(arg) for arg in validate_command))
     build >> validate
