@@ -272,6 +272,10 @@ def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print) ->
     shutil.rmtree(os.path.join(version_dir, META_DIR), ignore_errors=True)
     dataset_dir.write_info(version_dir, info)
     dataset_dir.publish(out_dir, version)
+    if cfg.get("report"):  # the dataset is published; the page is a by-product (pipelines/report.py)
+        from .report import write_build_report
+
+        log("\n".join(write_build_report(version_dir, options, progress=progress).lines()))
     return BuildSummary(
         version=version,
         version_dir=version_dir,

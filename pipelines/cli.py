@@ -116,6 +116,26 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--where", metavar="FEATURE=VALUE", help="keep only records whose feature has this value")
     r.add_argument("--no-index", action="store_true", help="do not write index files")
     _common(r)
+
+    rp = sub.add_parser(
+        "report",
+        help="one self-contained HTML page showing a dataset: statistics, samples, rejected rows",
+        description=(
+            "Write one HTML file (no network, everything inline) that shows a dataset: records, bytes and shards "
+            "per split, label balance, image sizes and modes, audio durations and sample rates, text lengths, "
+            "numeric histograms, a deterministic sample grid per split and label (thumbnails, waveforms with a "
+            "player, captions), rejected rows grouped by reason, and a validation result. Statistics come from one "
+            "Beam job; the same version always gives the same page."
+        ),
+        epilog=EPILOG,
+        allow_abbrev=False,
+    )
+    rp.add_argument("paths", nargs="+", help="a dataset root (follows LATEST), a version directory, or file patterns")
+    rp.add_argument("--output", required=True, help="the HTML file to write (any Beam filesystem)")
+    rp.add_argument("--split", action="append", metavar="S", help="only this split (repeatable; default: all)")
+    rp.add_argument("--samples", type=int, default=6, metavar="N", help="samples per split, and per label for labelled data (default 6)")
+    rp.add_argument("--validation", metavar="JSON", help="a `tfrecord-io validate --report` file to show")
+    _common(rp)
     return parser
 
 
@@ -200,6 +220,12 @@ def _register_optional() -> None:
         from .reshard import cmd_reshard
 
         COMMANDS["reshard"] = cmd_reshard
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from .report import cmd_report
+
+        COMMANDS["report"] = cmd_report
     except ImportError:  # pragma: no cover
         pass
 
