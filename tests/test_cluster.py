@@ -1,0 +1,304 @@
+"""The jobs on real standalone clusters: Flink (JobManager + 2 TaskManagers) and Spark
+(master + 2 workers), each worker with its own Beam Python worker pool, all started as
+separate processes by ``scripts/cluster`` (one cluster per engine for the module;
+``scripts/cluster down`` at the end).
+
+What is asserted (never timings):
+- a build on the cluster gives the same shards, byte for byte, as the same build on the
+  DirectRunner; validate on the cluster accepts it with the same per-file counts;
+  reshard on the cluster puts the same records in each shard as on the DirectRunner;
+- one file read as several byte ranges: every record exactly once, read in SDK workers
+  of *both* worker pools (their parent pids are the two pools `up` started);
+- faults while a build runs (each on a freshly started cluster), per engine as found:
+  see ``FAULT_OUTCOMES``. Recovered: the new version is published and byte-identical.
+  Failed: the build raises one error and ``LATEST`` still names the previous version.
+
+Run: ``python -m pytest -m cluster tests/test_cluster.py`` (after scripts/fetch-runners).
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines import dataset_dir
+from pipelines.build import run_build
+from pipelines.collect import ResultDir
+from pipelines.config import load_config
+from pipelines.demo_data import make_demo_media
+from pipelines.options import beam_args, load_runner_section
+from pipelines.reshard import run_reshard
+from pipelines.validate import run_validate
+from tfrecord_io.beam_io import ReadFromTFRecord
+from tfrecord_io.reader import read_records
+from tfrecord_io.writer import RecordWriter
+
+pytestmark = pytest.mark.cluster
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, "scripts", "cluster")
+WORKERS = 2
+DEMO_ROWS = 24
+
+# What a fault during a build leads to, per engine and fault (found by running it; see
+# README "Trying a real cluster locally"): "recovers" or "fails".
+FAULT_OUTCOMES = {
+    ("flink", "taskmanager"): "recovers",
+    ("flink", "pool"): "fails",
+    ("spark", "taskmanager"): "recovers",
+    ("spark", "pool"): "recovers",
+}
+
+
+class RunningCluster:
+    """A cluster started by ``scripts/cluster up`` in its own folder."""
+
+    def __init__(self, engine: str, folder: str):
+        self.engine = engine
+        self.dir = folder
+        self.state: Dict[str, Any] = {}
+
+    def script(self, command: str, check: bool = True) -> subprocess.CompletedProcess:
+        args = [sys.executable, SCRIPT, command, self.engine, "--dir", self.dir]
+        if command == "up":
+            args += ["--workers", str(WORKERS), "--timeout", "240"]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=600)
+        if check and done.returncode != 0:
+            pytest.fail(f"scripts/cluster {command} {self.engine} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
+        return done
+
+    def up(self) -> None:
+        self.script("up")
+        with open(os.path.join(self.dir, "cluster.json"), encoding="utf-8") as f:
+            self.state = json.load(f)
+        os.environ.update(self.state["endpoints"])  # what `source cluster.env` does
+
+    def down(self) -> None:
+        self.script("down", check=False)
+        for key in self.state.get("endpoints", {}):
+            os.environ.pop(key, None)
+
+    def restart(self) -> None:
+        self.down()
+        self.up()
+
+    def process(self, name: str) -> Dict[str, Any]:
+        return next(p for p in self.state["processes"] if p["name"] == name)
+
+    def pool_pids(self) -> Dict[int, str]:
+        return {p["pid"]: p["name"] for p in self.state["processes"] if p["name"].startswith("pool-")}
+
+    def flags(self) -> List[str]:
+        return beam_args(load_runner_section(os.path.join(REPO, "configs", f"{self.engine}-cluster.yaml")), [])
+
+    def options(self) -> PipelineOptions:
+        return PipelineOptions(self.flags())
+
+
+@pytest.fixture(scope="module", params=["flink", "spark"])
+def cluster(request, tmp_path_factory):
+    """One cluster per engine for the whole module (started once, ~20 s)."""
+    running = RunningCluster(request.param, str(tmp_path_factory.mktemp(f"cluster-{request.param}")))
+    running.up()
+    yield running
+    running.down()
+    for proc in running.state["processes"]:  # `down` ended every process it started
+        assert not os.path.exists(f"/proc/{proc['pid']}") or _zombie(proc["pid"]), proc
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def direct_options() -> PipelineOptions:
+    return PipelineOptions(beam_args(None, []))
+
+
+@pytest.fixture(scope="module")
+def demo_config(tmp_path_factory):
+    return make_demo_media(str(tmp_path_factory.mktemp("cluster-media")), rows=DEMO_ROWS)
+
+
+@pytest.fixture(scope="module")
+def direct_build(demo_config, tmp_path_factory):
+    """The reference: the same build on the DirectRunner (2 worker processes)."""
+    out = str(tmp_path_factory.mktemp("direct") / "dataset")
+    cfg = load_config(demo_config, [("output.dir", out), ("output.version", "v1")])
+    run_build(cfg, direct_options(), progress=False)
+    return out
+
+
+def version_files(version_dir: str) -> Dict[str, bytes]:
+    """Every file of a version except dataset_info.json, by relative path."""
+    found = {}
+    for root, _, names in os.walk(version_dir):
+        for name in names:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, version_dir)
+            if rel != "dataset_info.json":
+                with open(path, "rb") as f:
+                    found[rel] = f.read()
+    return found
+
+
+def comparable_info(version_dir: str) -> Dict[str, Any]:
+    """dataset_info.json without what differs by design (creation time, output dir)."""
+    info = dataset_dir.load_info(version_dir)
+    info.pop("created_utc")
+    info["config"]["output"].pop("dir")
+    return info
+
+
+def assert_same_build(version_dir: str, reference_dir: str) -> None:
+    got, want = version_files(version_dir), version_files(reference_dir)
+    assert sorted(got) == sorted(want)
+    differing = [rel for rel in want if got[rel] != want[rel]]
+    assert not differing, f"files differ from the DirectRunner build: {differing}"
+    assert comparable_info(version_dir) == comparable_info(reference_dir)
+
+
+def records_by_file(paths: List[str], root: str) -> Dict[str, Counter]:
+    return {os.path.relpath(p, root): Counter(bytes(r) for _, r in read_records(p)) for p in paths}
+
+
+def test_build_validate_reshard_on_the_cluster_equal_the_direct_runner(cluster, demo_config, direct_build, tmp_path):
+    options = cluster.options()
+    out = str(tmp_path / "dataset")
+    cfg = load_config(demo_config, [("output.dir", out), ("output.version", "v1")])
+    summary = run_build(cfg, options, progress=False)
+    assert summary.written > 0 and summary.rejected == 1  # the demo's truncated JPEG
+    assert_same_build(os.path.join(out, "v1"), os.path.join(direct_build, "v1"))
+
+    report = run_validate([out], options, progress=False)
+    reference = run_validate([direct_build], direct_options(), progress=False)
+    assert report["ok"], report["problems"]
+    assert report["records"] == summary.written == reference["records"]
+    assert {os.path.relpath(p, out): n for p, n in report["records_per_file"].items()} == {
+        os.path.relpath(p, direct_build): n for p, n in reference["records_per_file"].items()
+    }
+
+    resharded = run_reshard([out], str(tmp_path / "reshard" / "data"), options, num_shards=3, progress=False)
+    direct = run_reshard([direct_build], str(tmp_path / "reshard-direct" / "data"), direct_options(), num_shards=3, progress=False)
+    assert resharded["records"] == direct["records"] == summary.written
+    # A shard's records are chosen by their CRC (the same on every runner); their order
+    # within the shard is the order the runner delivers them in, so compare contents.
+    got = records_by_file([s["path"] for s in resharded["shards"]], str(tmp_path / "reshard"))
+    want = records_by_file([s["path"] for s in direct["shards"]], str(tmp_path / "reshard-direct"))
+    assert got == want
+
+
+def write_big_file(path: str, n: int) -> List[bytes]:
+    records = [b"%07d:" % i + bytes([i % 251]) * (200 + i % 300) for i in range(n)]
+    with RecordWriter(path) as w:
+        for r in records:
+            w.write_record(r)
+    return records
+
+
+def read_with_workers(path: str, options: PipelineOptions, folder: str) -> List[Dict[str, Any]]:
+    """One file read as 8 byte ranges; each record with the pid and parent pid of the
+    SDK worker that read it (the Map is fused with the read, so it runs there)."""
+    desired = os.path.getsize(path) // 8 + 1
+    with ResultDir(folder) as results:
+        with beam.Pipeline(options=options) as p:
+            (
+                p
+                | ReadFromTFRecord(path, desired_bundle_size=desired, with_metadata=True)
+                | beam.Map(lambda t: {"offset": t[1], "record": bytes(t[2]).hex(), "pid": os.getpid(), "ppid": os.getppid()})
+                | results.sink()
+            )
+        return results.read()
+
+
+def test_one_file_is_split_across_both_workers_exactly_once(cluster, tmp_path):
+    path = str(tmp_path / "big.tfrecord")
+    records = write_big_file(path, 20000)
+    items = read_with_workers(path, cluster.options(), str(tmp_path / "cluster-results"))
+    assert Counter(bytes.fromhex(i["record"]) for i in items) == Counter(records)  # each exactly once
+    pools = cluster.pool_pids()
+    by_pool = Counter(pools.get(i["ppid"], f"not a pool: {i['ppid']}") for i in items)
+    assert set(by_pool) == set(pools.values()), f"records per worker pool: {by_pool}"
+    assert len({i["pid"] for i in items}) >= WORKERS
+
+    direct = read_with_workers(path, direct_options(), str(tmp_path / "direct-results"))
+    assert sorted((i["offset"], i["record"]) for i in items) == sorted((i["offset"], i["record"]) for i in direct)
+
+
+def _pool_started_a_worker(cluster: RunningCluster, name: str, since: int) -> bool:
+    with open(cluster.process(name)["log"], "rb") as f:
+        f.seek(since)
+        return b"Starting worker" in f.read()
+
+
+def _kill(cluster: RunningCluster, target: str) -> str:
+    """SIGKILL worker 2's TaskManager/Spark worker (the JVM; a Spark worker's executor
+    notices and exits), or worker 2's pool with the SDK workers it started (its process
+    group, as when a sidecar container dies)."""
+    if target == "taskmanager":
+        name = "taskmanager-2" if cluster.engine == "flink" else "worker-2"
+        os.kill(cluster.process(name)["pid"], signal.SIGKILL)
+    else:
+        name = "pool-2"
+        os.killpg(cluster.process(name)["pid"], signal.SIGKILL)
+    return name
+
+
+@pytest.mark.parametrize("target", ["taskmanager", "pool"])
+def test_a_worker_killed_during_a_build(cluster, target, demo_config, direct_build, tmp_path):
+    cluster.restart()  # a fresh cluster: the previous fault test left one damaged
+    out = str(tmp_path / "dataset")
+    shutil.copytree(direct_build, out)  # v1 is current
+    cfg = load_config(demo_config, [("output.dir", out), ("output.version", "v2")])
+    pool_log = cluster.process("pool-2")["log"]
+    since = os.path.getsize(pool_log)
+    outcome: Dict[str, Any] = {}
+
+    def build() -> None:
+        try:
+            outcome["summary"] = run_build(cfg, cluster.options(), progress=False)
+        except Exception as err:  # noqa: BLE001 - the test inspects it
+            outcome["error"] = err
+
+    thread = threading.Thread(target=build, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 300
+    while not _pool_started_a_worker(cluster, "pool-2", since):  # worker 2 runs tasks of the build
+        assert thread.is_alive(), f"the build ended before worker 2 ran anything: {outcome}"
+        assert time.monotonic() < deadline, "worker 2 never started an SDK worker"
+        time.sleep(0.2)
+    assert thread.is_alive()
+    killed = _kill(cluster, target)
+    thread.join(timeout=600)
+    assert not thread.is_alive(), "the build hung after the kill"
+
+    expected = FAULT_OUTCOMES[(cluster.engine, target)]
+    if expected == "recovers":
+        assert "error" not in outcome, f"{cluster.engine} did not recover from killing {killed}: {outcome['error']}"
+        assert dataset_dir.read_latest(out) == "v2"
+        assert_same_build(os.path.join(out, "v2"), os.path.join(direct_build, "v1"))
+    else:
+        assert "error" in outcome, f"{cluster.engine}: the build succeeded although {killed} was killed"
+        message = str(outcome["error"])
+        assert "FAILED" in message or "failed" in message, message
+        assert dataset_dir.read_latest(out) == "v1"
+        assert not os.path.exists(os.path.join(out, "v2", "dataset_info.json"))
+        assert filecmp.cmpfiles(os.path.join(out, "v1"), os.path.join(direct_build, "v1"),
+                                ["dataset_info.json"], shallow=False)[0] == ["dataset_info.json"]
