@@ -242,10 +242,19 @@ def test_one_file_is_split_across_both_workers_exactly_once(cluster, tmp_path):
     assert sorted((i["offset"], i["record"]) for i in items) == sorted((i["offset"], i["record"]) for i in direct)
 
 
-def _pool_started_a_worker(cluster: RunningCluster, name: str, since: int) -> bool:
-    with open(cluster.process(name)["log"], "rb") as f:
-        f.seek(since)
-        return b"Starting worker" in f.read()
+def _sdk_workers(pool_pid: int) -> List[int]:
+    """Running child processes of a worker pool: the SDK workers it started."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pool_pid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
 
 
 def _kill(cluster: RunningCluster, target: str) -> str:
@@ -267,8 +276,6 @@ def test_a_worker_killed_during_a_build(cluster, target, demo_config, direct_bui
     out = str(tmp_path / "dataset")
     shutil.copytree(direct_build, out)  # v1 is current
     cfg = load_config(demo_config, [("output.dir", out), ("output.version", "v2")])
-    pool_log = cluster.process("pool-2")["log"]
-    since = os.path.getsize(pool_log)
     outcome: Dict[str, Any] = {}
 
     def build() -> None:
@@ -280,11 +287,19 @@ def test_a_worker_killed_during_a_build(cluster, target, demo_config, direct_bui
     thread = threading.Thread(target=build, daemon=True)
     thread.start()
     deadline = time.monotonic() + 300
-    while not _pool_started_a_worker(cluster, "pool-2", since):  # worker 2 runs tasks of the build
-        assert thread.is_alive(), f"the build ended before worker 2 ran anything: {outcome}"
-        assert time.monotonic() < deadline, "worker 2 never started an SDK worker"
+    # Midway: once worker 2's pool has had an SDK worker running the build's code for a
+    # few seconds. (Killing the pool between its accepting a StartWorker request and the
+    # SDK worker connecting back hangs the job: Beam's ExternalEnvironmentFactory waits
+    # for that connection without a time limit -- see the README.)
+    pool_pid = cluster.process("pool-2")["pid"]
+    first_seen: Optional[float] = None
+    while first_seen is None or time.monotonic() - first_seen < 3:
+        assert thread.is_alive(), f"the build ended before worker 2 ran it for long: {outcome}"
+        assert time.monotonic() < deadline, "worker 2's pool never started an SDK worker"
+        if first_seen is None and _sdk_workers(pool_pid):
+            first_seen = time.monotonic()
         time.sleep(0.2)
-    assert thread.is_alive()
+    assert thread.is_alive(), "the build was over before the kill"
     killed = _kill(cluster, target)
     thread.join(timeout=600)
     assert not thread.is_alive(), "the build hung after the kill"
