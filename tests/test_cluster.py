@@ -160,10 +160,12 @@ def version_files(version_dir: str) -> Dict[str, bytes]:
 
 
 def comparable_info(version_dir: str) -> Dict[str, Any]:
-    """dataset_info.json without what differs by design (creation time, output dir)."""
+    """dataset_info.json without what differs by design (creation time, output dir, version name)."""
     info = dataset_dir.load_info(version_dir)
     info.pop("created_utc")
+    info.pop("version")
     info["config"]["output"].pop("dir")
+    info["config"]["output"].pop("version")
     return info
 
 
@@ -312,6 +314,7 @@ def test_a_worker_killed_during_a_build(cluster, target, demo_config, direct_bui
     else:
         assert "error" in outcome, f"{cluster.engine}: the build succeeded although {killed} was killed"
         message = str(outcome["error"])
+        print(f"{cluster.engine}, {killed} killed: the build failed with: {message[:2000]}")
         assert "FAILED" in message or "failed" in message, message
         assert dataset_dir.read_latest(out) == "v1"
         assert not os.path.exists(os.path.join(out, "v2", "dataset_info.json"))
