@@ -226,6 +226,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f"tfrecord-io {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # noqa: BLE001 - e.g. the job failed on the runner: one line, not a Java stack
+        if args.verbose:
+            raise
+        print(f"tfrecord-io {args.command}: FAILED: {_first_line(err)}", file=sys.stderr)
+        if args.command == "build":
+            print("tfrecord-io build: nothing was published: LATEST is unchanged "
+                  "(the new version's directory, if any, is incomplete)", file=sys.stderr)
+        print(f"tfrecord-io {args.command}: run with --verbose for the full error", file=sys.stderr)
+        return 1
+
+
+def _first_line(err: BaseException, limit: int = 400) -> str:
+    """The first non-empty line of an error (a failed Beam job's message carries the
+    runner's whole stack trace after it)."""
+    text = next((line.strip() for line in str(err).splitlines() if line.strip()), "") or type(err).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 if __name__ == "__main__":

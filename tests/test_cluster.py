@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from typing import Any, Dict, List, Optional
@@ -274,49 +273,48 @@ def _kill(cluster: RunningCluster, target: str) -> str:
 
 @pytest.mark.parametrize("target", ["taskmanager", "pool"])
 def test_a_worker_killed_during_a_build(cluster, target, demo_config, direct_build, tmp_path):
+    """`tfrecord-io build` on the cluster (the CLI, as a user runs it); worker 2's
+    TaskManager / Spark worker, or its worker pool, is killed midway."""
     cluster.restart()  # a fresh cluster: the previous fault test left one damaged
     out = str(tmp_path / "dataset")
     shutil.copytree(direct_build, out)  # v1 is current
-    cfg = load_config(demo_config, [("output.dir", out), ("output.version", "v2")])
-    outcome: Dict[str, Any] = {}
-
-    def build() -> None:
-        try:
-            outcome["summary"] = run_build(cfg, cluster.options(), progress=False)
-        except Exception as err:  # noqa: BLE001 - the test inspects it
-            outcome["error"] = err
-
-    thread = threading.Thread(target=build, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 300
-    # Midway: once worker 2's pool has had an SDK worker running the build's code for a
-    # few seconds. (Killing the pool between its accepting a StartWorker request and the
-    # SDK worker connecting back hangs the job: Beam's ExternalEnvironmentFactory waits
-    # for that connection without a time limit -- see the README.)
-    pool_pid = cluster.process("pool-2")["pid"]
-    first_seen: Optional[float] = None
-    while first_seen is None or time.monotonic() - first_seen < 3:
-        assert thread.is_alive(), f"the build ended before worker 2 ran it for long: {outcome}"
-        assert time.monotonic() < deadline, "worker 2's pool never started an SDK worker"
-        if first_seen is None and _sdk_workers(pool_pid):
-            first_seen = time.monotonic()
-        time.sleep(0.2)
-    assert thread.is_alive(), "the build was over before the kill"
-    killed = _kill(cluster, target)
-    thread.join(timeout=600)
-    assert not thread.is_alive(), "the build hung after the kill"
+    command = [sys.executable, "-m", "pipelines", "build", demo_config, "--output", out, "--version", "v2",
+               "--runner-config", os.path.join(REPO, "configs", f"{cluster.engine}-cluster.yaml"), "--no-progress"]
+    build = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Midway: once worker 2's pool has had an SDK worker running the build's code for
+        # a few seconds. (Killing the pool between its accepting a StartWorker request
+        # and the SDK worker connecting back hangs the job: Beam's
+        # ExternalEnvironmentFactory waits for that connection without a time limit --
+        # see the README.)
+        pool_pid = cluster.process("pool-2")["pid"]
+        deadline = time.monotonic() + 300
+        first_seen: Optional[float] = None
+        while first_seen is None or time.monotonic() - first_seen < 3:
+            assert build.poll() is None, f"the build ended before worker 2 ran it for long: {build.communicate()}"
+            assert time.monotonic() < deadline, "worker 2's pool never started an SDK worker"
+            if first_seen is None and _sdk_workers(pool_pid):
+                first_seen = time.monotonic()
+            time.sleep(0.2)
+        assert build.poll() is None, "the build was over before the kill"
+        killed = _kill(cluster, target)
+        stdout, stderr = build.communicate(timeout=600)
+    finally:
+        if build.poll() is None:
+            build.kill()
 
     expected = FAULT_OUTCOMES[(cluster.engine, target)]
+    print(f"{cluster.engine}, {killed} killed: exit {build.returncode}\n{stdout}\n{stderr}")
     if expected == "recovers":
-        assert "error" not in outcome, f"{cluster.engine} did not recover from killing {killed}: {outcome['error']}"
+        assert build.returncode == 0, f"{cluster.engine} did not recover from killing {killed}: {stderr}"
         assert dataset_dir.read_latest(out) == "v2"
         assert_same_build(os.path.join(out, "v2"), os.path.join(direct_build, "v1"))
     else:
-        assert "error" in outcome, f"{cluster.engine}: the build succeeded although {killed} was killed"
-        message = str(outcome["error"])
-        print(f"{cluster.engine}, {killed} killed: the build failed with: {message[:2000]}")
-        assert "FAILED" in message or "failed" in message, message
+        assert build.returncode == 1, f"{cluster.engine}: the build did not fail although {killed} was killed: {stderr}"
+        assert "Traceback" not in stderr and "\tat " not in stderr, stderr  # one message, no stacks
+        assert "FAILED:" in stderr and "LATEST is unchanged" in stderr, stderr
         assert dataset_dir.read_latest(out) == "v1"
         assert not os.path.exists(os.path.join(out, "v2", "dataset_info.json"))
-        assert filecmp.cmpfiles(os.path.join(out, "v1"), os.path.join(direct_build, "v1"),
-                                ["dataset_info.json"], shallow=False)[0] == ["dataset_info.json"]
+        v1_files = [*version_files(os.path.join(direct_build, "v1")), "dataset_info.json"]
+        _, differing, unreadable = filecmp.cmpfiles(os.path.join(out, "v1"), os.path.join(direct_build, "v1"), v1_files, shallow=False)
+        assert (differing, unreadable) == ([], []), "the previous version was changed"
