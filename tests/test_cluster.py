@@ -243,18 +243,34 @@ def test_one_file_is_split_across_both_workers_exactly_once(cluster, tmp_path):
     assert sorted((i["offset"], i["record"]) for i in items) == sorted((i["offset"], i["record"]) for i in direct)
 
 
-def _sdk_workers(pool_pid: int) -> List[int]:
-    """Running child processes of a worker pool: the SDK workers it started."""
+def _connected_sdk_workers(pool_pid: int) -> List[int]:
+    """The SDK workers a pool started (its child processes, each started as
+    ``python -c "...SdkHarness('localhost:PORT', ...)"``) that hold an established TCP
+    connection to that control port, i.e. that the engine is running code in."""
+    established = {}  # socket inode -> remote port, for ESTABLISHED TCP connections
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="utf-8") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "01":
+                    established[fields[9]] = int(fields[2].rsplit(":", 1)[1], 16)
     found = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pool_pid and fields[0] != "Z":
-                found.append(int(entry))
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) != pool_pid:
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().decode("utf-8", "replace")
+            control_port = int(cmdline.split('SdkHarness("', 1)[1].split('"', 1)[0].rsplit(":", 1)[1])
+            sockets = {os.readlink(f"/proc/{entry}/fd/{fd}")[8:-1] for fd in os.listdir(f"/proc/{entry}/fd")
+                       if os.readlink(f"/proc/{entry}/fd/{fd}").startswith("socket:[")}
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile, or not an SDK worker
+        if any(established.get(inode) == control_port for inode in sockets):
+            found.append(int(entry))
     return found
 
 
@@ -282,20 +298,17 @@ def test_a_worker_killed_during_a_build(cluster, target, demo_config, direct_bui
                "--runner-config", os.path.join(REPO, "configs", f"{cluster.engine}-cluster.yaml"), "--no-progress"]
     build = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # Midway: once worker 2's pool has had an SDK worker running the build's code for
-        # a few seconds. (Killing the pool between its accepting a StartWorker request
-        # and the SDK worker connecting back hangs the job: Beam's
-        # ExternalEnvironmentFactory waits for that connection without a time limit --
-        # see the README.)
+        # Midway: once an SDK worker of worker 2's pool is connected to the engine. (Killing
+        # the pool between its accepting a StartWorker request and the SDK worker
+        # connecting back hangs the job: Beam's ExternalEnvironmentFactory waits for that
+        # connection without a time limit -- see the README.)
         pool_pid = cluster.process("pool-2")["pid"]
         deadline = time.monotonic() + 300
-        first_seen: Optional[float] = None
-        while first_seen is None or time.monotonic() - first_seen < 3:
-            assert build.poll() is None, f"the build ended before worker 2 ran it for long: {build.communicate()}"
-            assert time.monotonic() < deadline, "worker 2's pool never started an SDK worker"
-            if first_seen is None and _sdk_workers(pool_pid):
-                first_seen = time.monotonic()
-            time.sleep(0.2)
+        while not _connected_sdk_workers(pool_pid):
+            assert build.poll() is None, f"the build ended before worker 2 ran it: {build.communicate()}"
+            assert time.monotonic() < deadline, "worker 2's pool never got a connected SDK worker"
+            time.sleep(0.1)
+        time.sleep(1)
         assert build.poll() is None, "the build was over before the kill"
         killed = _kill(cluster, target)
         stdout, stderr = build.communicate(timeout=600)
