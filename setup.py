@@ -19,6 +19,10 @@ Dependency choices (why):
   newest release for which both do (2.70.0's need ``beam-runners-java-job-service:2.70.0``,
   which is not served), so the runners' job servers are assembled from those with Maven.
   Its Prism runner builds from the Go module proxy (``sdks/v2@v2.62.0``).
+- ``aws`` extra, ``boto3>=1.28,<2``: what Beam's S3 filesystem (``apache-beam[aws]``)
+  imports, as a range (Beam 2.62 asks for ``boto3>=1.9,<2``); 1.28 is the first boto3
+  that reads ``AWS_ENDPOINT_URL``, so credentials and endpoint can come from the usual
+  environment variables as well as from Beam's ``--s3_*`` flags.
 - No TensorFlow at run time: tests and benchmarks use it in a separate environment.
 
 The optional C core (``tfrecord_io/_speedups.c``) is built when a C compiler is
@@ -84,6 +88,7 @@ setup(
     ],
     extras_require={
         "torch": ["torch>=2.1"],
+        "aws": ["boto3>=1.28,<2"],
         "media": ["pillow>=10", "librosa>=0.10", "soundfile>=0.12"],
         "dev": [
             "pytest>=8",

@@ -21,8 +21,8 @@ import os
 import time
 from typing import Any, Dict, Optional
 
-INFO_NAME = "dataset_info.json"
-LATEST_NAME = "LATEST"
+from tfrecord_io import files
+from tfrecord_io.datasets import INFO_NAME, LATEST_NAME, DatasetLayoutError, load_info, read_latest  # noqa: F401
 
 
 class DatasetDirError(ValueError):
@@ -47,28 +47,11 @@ def _atomic_write(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def read_latest(out_dir: str) -> Optional[str]:
-    """The current version's name, or None."""
-    try:
-        with open(os.path.join(out_dir, LATEST_NAME), encoding="utf-8") as f:
-            name = f.read().strip()
-    except FileNotFoundError:
-        return None
-    return name or None
-
-
 def resolve_dataset_dir(path: str) -> str:
-    """A dataset root (with LATEST) -> its current version directory; else ``path``."""
+    """A dataset root (with LATEST) -> its current version directory; else ``path``
+    unchanged (a version directory, or file patterns the caller treats as such)."""
     latest = read_latest(path)
-    return os.path.join(path, latest) if latest else path
-
-
-def load_info(version_dir: str) -> Optional[Dict[str, Any]]:
-    try:
-        with open(os.path.join(version_dir, INFO_NAME), encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
+    return files.join(path, latest) if latest else path
 
 
 def check_output_dir(out_dir: str, name: str, feature_spec: Dict[str, Any], version: str) -> None:

@@ -15,3 +15,6 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS)
 _paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 os.environ["PYTHONPATH"] = os.pathsep.join([REPO, TESTS, *[p for p in _paths if p not in (REPO, TESTS)]])
+
+# The S3 server fixtures (``s3_server``, ``s3_bucket``): a real versitygw on 127.0.0.1.
+pytest_plugins = ["s3support"]

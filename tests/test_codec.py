@@ -220,3 +220,20 @@ def test_wire_compatible_with_the_tfrecord_package_protos():
     assert list(ex.features.feature["a"].int64_list.value) == [1, -2]
     assert list(ex.features.feature["b"].bytes_list.value) == [b"x", b""]
     assert Example.FromString(ex.SerializeToString()).features.feature["c"].float_list.value[0] == pytest.approx(math.pi)
+
+
+def test_batch_parse_byte_views_are_the_values_without_copies():
+    from tfrecord_io.codec import _parse_examples, parse_examples_batch, serialize_example
+
+    records = [
+        serialize_example({"img": (b"\x00" * 70000, "byte"), "tags": ([b"a", b"bc"], "byte"), "n": (1, "int")}),
+        memoryview(serialize_example({"img": (b"xyz", "byte"), "tags": ([], "byte"), "n": (2, "int")})),
+    ]
+    desc = {"img": "byte", "tags": "byte", "n": "int"}
+    copies = parse_examples_batch(records, desc)
+    views = parse_examples_batch(records, desc, byte_views=True)
+    assert views["n"].tolist() == [[1], [2]]
+    if _parse_examples is not None:  # the compiled parser gives views of the records
+        assert isinstance(views["img"][0], memoryview) and views["img"][0].obj is not None
+    assert [bytes(v) for v in views["img"]] == list(copies["img"]) == [b"\x00" * 70000, b"xyz"]
+    assert [[bytes(t) for t in v] for v in views["tags"]] == [[b"a", b"bc"], []]

@@ -1,6 +1,7 @@
 """A real torch.distributed world of 2 ranks (gloo, file store, 2 processes), each with
-a 2-worker DataLoader: the datasets take rank and world size from torch.distributed and
-together read every record exactly once."""
+a 2-worker DataLoader: the datasets (per record, whole batches, a built dataset's split
+slices) take rank and world size from torch.distributed and together read every record
+exactly once."""
 
 from __future__ import annotations
 
@@ -61,3 +62,64 @@ def test_two_rank_gloo_world_reads_each_record_once(tmp_path):
         assert all(parts), f"{name}: a rank read nothing"
         assert sorted(parts[0] + parts[1]) == list(range(400)), name
     assert [r["len"] for r in ranks] == [200, 200]
+
+
+BATCHED_RANK_SCRIPT = r"""
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from tfrecord_io.torch import TFRecordBatchDataset, from_dataset
+
+rank, store, path, root = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)
+out = {}
+plain = TFRecordBatchDataset(path, path + ".index", {"id": "int"}, 32, shuffle_queue_size=50, seed=2)
+sliced = from_dataset(root, "train[:80%]+validation", batch_size=8, features=["n"], shuffle_files=True, seed=4)
+dropped = from_dataset(root, "train", batch_size=8, features=["n"], drop_last=True)
+for name, ds, key in (("plain", plain, "id"), ("sliced", sliced, "n"), ("dropped", dropped, "n")):
+    batches = list(DataLoader(ds, batch_size=None, num_workers=2))
+    out[name] = [int(i) for b in batches for i in b[key].reshape(-1)]
+    out[name + "_batches"] = [len(b[key]) for b in batches]
+    out[name + "_len"] = len(ds)
+out["sliced_count"] = sliced.selection.count
+gathered = [None, None]
+dist.all_gather_object(gathered, out)
+if rank == 0:
+    print(json.dumps(gathered))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(300)
+def test_two_rank_world_batched_and_built_dataset_reads(tmp_path):
+    from tests.torch_data import build_tiny_dataset
+    from tfrecord_io import iter_dataset, select_dataset
+
+    path = str(tmp_path / "data.tfrecord")
+    write_examples(path, range(400), index=True)
+    os.makedirs(tmp_path / "ds")
+    root = build_tiny_dataset(str(tmp_path / "ds"))
+    store = str(tmp_path / "store")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", BATCHED_RANK_SCRIPT, str(r), store, path, root], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=240) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    ranks = json.loads(outs[0][0].strip().splitlines()[-1])
+    assert sorted(ranks[0]["plain"] + ranks[1]["plain"]) == list(range(400))
+    assert [r["plain_len"] for r in ranks] == [len(r["plain_batches"]) for r in ranks] == [7, 7]
+    want = [int(r["n"][0]) for r in iter_dataset(root, "train[:80%]+validation", features=["n"])]
+    assert sorted(ranks[0]["sliced"] + ranks[1]["sliced"]) == sorted(want) and ranks[0]["sliced_count"] == len(want)
+    assert all(r["sliced"] for r in ranks)
+    # drop_last: the same number of full batches on both ranks, no record twice
+    train = select_dataset(root, "train").count
+    assert ranks[0]["dropped_batches"] == ranks[1]["dropped_batches"] == [8] * ((train // 2) // 8)
+    both = ranks[0]["dropped"] + ranks[1]["dropped"]
+    assert len(set(both)) == len(both)

@@ -75,3 +75,48 @@ def drain(loader) -> list:
         shutdown = getattr(it, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
+
+
+TINY_CONFIG = """name: tiny
+input: {manifest: manifest.jsonl}
+key: id
+columns:
+  n: {encoder: int}
+  label: {encoder: label, vocabulary: [a, b, c]}
+  caption: {encoder: text}
+  tokens: {encoder: array, dtype: int64, shape: [null]}
+  image: {encoder: image, mode: RGB}
+splits: {train: 0.7, validation: 0.2, test: 0.1}
+seed: 0
+sharding: {num_shards: 3}
+output: {dir: out, version: v1}
+"""
+
+
+def build_tiny_dataset(directory: str, rows: int = 150) -> str:
+    """Build a small dataset with the real build job (in process): ``rows`` rows with an
+    int ``n`` (the row number), a label, a caption, variable-length ``tokens`` and a
+    small PNG ``image`` whose pixels all equal ``n % 256`` (height 8, width 6), in three
+    splits of three shards each. Returns the dataset root (``<directory>/out``)."""
+    import json
+    import os
+
+    import numpy as np
+    from PIL import Image
+
+    from pipelines.build import run_build
+    from pipelines.config import load_config
+    from tests.pipeline_support import options
+
+    rng = random.Random(0)
+    with open(os.path.join(directory, "manifest.jsonl"), "w") as f:
+        for i in range(rows):
+            Image.fromarray(np.full((8, 6, 3), i % 256, np.uint8)).save(os.path.join(directory, f"img{i}.png"))
+            row = {"id": f"r{i}", "n": i, "label": "abc"[i % 3], "caption": f"row {i}",
+                   "tokens": [rng.randrange(100) for _ in range(rng.randrange(1, 7))], "image": f"img{i}.png"}
+            f.write(json.dumps(row) + "\n")
+    config = os.path.join(directory, "tiny.yaml")
+    with open(config, "w") as f:
+        f.write(TINY_CONFIG)
+    run_build(load_config(config), options(), progress=False, log=lambda *a, **k: None)
+    return os.path.join(directory, "out")

@@ -2,8 +2,9 @@
 
 The format core (framing, codec, index, reader, writer) imports neither Beam nor
 torch. Beam transforms (``ReadFromTFRecord``, ``ReadAllFromTFRecord``,
-``WriteToTFRecord``) are loaded on first use; the PyTorch datasets live in
-``tfrecord_io.torch``.
+``WriteToTFRecord``, ``ReadDataset``) are loaded on first use; the PyTorch datasets live
+in ``tfrecord_io.torch``. ``select_dataset``/``iter_dataset`` open a built dataset by
+its root and a TFDS-style split selection (``"train[:90%]"``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .errors import (
     TFRecordError,
     TruncatedRecordError,
 )
+from .dataset_reader import DatasetSelection, iter_dataset, select_dataset
 from .framing import CorruptRegion, encode_frame
 from .index import RecordIndex, build_index, create_index, find_index, load_index
 from .reader import (
@@ -48,6 +50,7 @@ _LAZY = {
     "ReadFromTFRecord": "tfrecord_io.beam_io",
     "ReadAllFromTFRecord": "tfrecord_io.beam_io",
     "WriteToTFRecord": "tfrecord_io.beam_io",
+    "ReadDataset": "tfrecord_io.beam_dataset",
 }
 
 
@@ -61,6 +64,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "CorruptRecordError",
     "CorruptRegion",
+    "DatasetSelection",
     "ExampleCodecError",
     "IndexFileError",
     "RecordIndex",
@@ -76,6 +80,7 @@ __all__ = [
     "example_loader",
     "find_index",
     "infer_description",
+    "iter_dataset",
     "iterator_utils",
     "load_index",
     "multi_tfrecord_loader",
@@ -83,6 +88,7 @@ __all__ = [
     "parse_examples_batch",
     "parse_sequence_example",
     "read_records",
+    "select_dataset",
     "sequence_loader",
     "serialize_example",
     "serialize_sequence_example",

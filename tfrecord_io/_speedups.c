@@ -16,7 +16,7 @@
  *   encode_frames(payloads) -> bytes   frames of many payloads in one buffer
  *   encode_example(datum, type_map) -> bytes | None
  *                                      deterministic Example bytes from a dict
- *   parse_examples(records, keys, kinds) -> list | None
+ *   parse_examples(records, keys, kinds[, spans]) -> list | None
  *                                      wire-format Example parser into columns
  */
 
@@ -946,6 +946,8 @@ typedef struct {
     const uint8_t *feat;
     size_t feat_len;
     int found;
+    int spans;          /* bytes kind, spans mode: (offset, length) int64 pairs in values */
+    const uint8_t *base; /* start of the record being parsed (spans mode) */
 } Column;
 
 /* Walks the list message of kind `kind` (body of a Feature field). With emit set, adds
@@ -968,6 +970,11 @@ static Py_ssize_t walk_list(int kind, const uint8_t *p, const uint8_t *end, Colu
                 int r = PyList_Append(strings, s);
                 Py_DECREF(s);
                 if (r < 0) return -2;
+            } else if (col && col->spans) {
+                int64_t span[2] = {(int64_t)(body - col->base), (int64_t)blen};
+                if (buf_reserve(&col->values, 16) < 0) return -2;
+                memcpy(col->values.data + col->values.len, span, 16);
+                col->values.len += 16;
             }
             count++;
         } else if (kind == KIND_FLOAT) {
@@ -1124,18 +1131,22 @@ static void free_columns(Column *cols, Py_ssize_t n) {
     PyMem_Free(cols);
 }
 
-/* parse_examples(records, keys, kinds) -> list | None
+/* parse_examples(records, keys, kinds[, spans]) -> list | None
  * records: sequence of bytes-like serialized Examples; keys: sequence of bytes (UTF-8
  * feature names); kinds: sequence of KIND_* (1 bytes, 2 float, 3 int64).
  * Returns, per key: for numbers (values, lengths) as bytearrays of little-endian
  * float32/int64 values and int64 counts per record; for bytes a list with, per record,
- * the list of its byte strings. None when any record has something this parser leaves
+ * the list of its byte strings, or with spans true (values, lengths) where values holds
+ * an int64 (offset, length) pair per string, its place in its record: no copy of the
+ * strings, for callers that slice the records themselves (large images, audio). None when any record has something this parser leaves
  * to upb: a missing key, a type other than the described one, unknown fields, ... */
 static PyObject *py_parse_examples(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "parse_examples(records, keys, kinds)");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "parse_examples(records, keys, kinds[, spans])");
         return NULL;
     }
+    int spans = 0;
+    if (nargs == 4 && (spans = PyObject_IsTrue(args[3])) < 0) return NULL;
 #ifdef TFRIO_BIG_ENDIAN
     Py_RETURN_NONE;
 #endif
@@ -1166,7 +1177,8 @@ static PyObject *py_parse_examples(PyObject *self, PyObject *const *args, Py_ssi
             PyErr_SetString(PyExc_ValueError, "parse_examples: keys must be bytes and kinds 1, 2 or 3");
             goto done;
         }
-        if (cols[j].kind == KIND_BYTES) {
+        cols[j].spans = spans && cols[j].kind == KIND_BYTES;
+        if (cols[j].kind == KIND_BYTES && !cols[j].spans) {
             if (!(cols[j].column = PyList_New(0))) goto done;
         } else if (buf_reserve(&cols[j].lengths, 8 * (size_t)(nrec ? nrec : 1)) < 0) goto done;
     }
@@ -1181,7 +1193,8 @@ static PyObject *py_parse_examples(PyObject *self, PyObject *const *args, Py_ssi
                 break;
             }
             PyObject *strings = NULL;
-            if (c->kind == KIND_BYTES && !(strings = PyList_New(0))) {
+            c->base = (const uint8_t *)view.buf;
+            if (c->kind == KIND_BYTES && !c->spans && !(strings = PyList_New(0))) {
                 ok = -2;
                 break;
             }
@@ -1189,7 +1202,7 @@ static PyObject *py_parse_examples(PyObject *self, PyObject *const *args, Py_ssi
             int k = walk_feature(c->feat, c->feat_len, c, strings, &count);
             if (k == -2) ok = -2;
             else if (k < 0 || (k != KIND_NONE && k != c->kind)) ok = 0;
-            else if (c->kind == KIND_BYTES) {
+            else if (c->kind == KIND_BYTES && !c->spans) {
                 if (PyList_Append(c->column, strings) < 0) ok = -2;
             } else {
                 int64_t n64 = (int64_t)count;
@@ -1211,7 +1224,7 @@ static PyObject *py_parse_examples(PyObject *self, PyObject *const *args, Py_ssi
     for (Py_ssize_t j = 0; j < ncols; j++) {
         Column *c = &cols[j];
         PyObject *item;
-        if (c->kind == KIND_BYTES) {
+        if (c->kind == KIND_BYTES && !c->spans) {
             item = c->column;
             c->column = NULL;
         } else {
@@ -1247,7 +1260,7 @@ static PyMethodDef methods[] = {
     {"encode_example", (PyCFunction)(void (*)(void))py_encode_example, METH_FASTCALL,
      "encode_example(datum, type_map) -> deterministic Example bytes, or None to use upb."},
     {"parse_examples", (PyCFunction)(void (*)(void))py_parse_examples, METH_FASTCALL,
-     "parse_examples(records, keys, kinds) -> columns, or None to use upb."},
+     "parse_examples(records, keys, kinds[, spans]) -> columns, or None to use upb."},
     {NULL, NULL, 0, NULL},
 };
 

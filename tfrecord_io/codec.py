@@ -350,13 +350,17 @@ def infer_description(data) -> Dict[str, str]:
     }
 
 
-def _fast_columns(records: Sequence, wanted: Optional[List[Tuple[str, Optional[str]]]]) -> Optional[List[Any]]:
+def _fast_columns(
+    records: Sequence, wanted: Optional[List[Tuple[str, Optional[str]]]], spans: bool = False
+) -> Optional[List[Any]]:
     """Columns from the compiled parser, or None (not built, untyped keys, or a record
-    it leaves to upb, which then gives the result or the error)."""
+    it leaves to upb, which then gives the result or the error). With ``spans``, byte
+    features come as (offset, length) pairs within each record instead of copies."""
     if _parse_examples is None or not wanted or any(kind is None for _, kind in wanted):
         return None
     keys = [k.encode("utf-8", "surrogatepass") for k, _ in wanted]  # never a match if not UTF-8
-    return _parse_examples(records, keys, [_KIND_CODES[k] for _, k in wanted])
+    kinds = [_KIND_CODES[k] for _, k in wanted]
+    return _parse_examples(records, keys, kinds, True) if spans else _parse_examples(records, keys, kinds)
 
 
 def _object_array(items: Sequence[Any]) -> np.ndarray:
@@ -434,18 +438,25 @@ def parse_example_stream(records: Iterable, description: Description = None, bat
             return
 
 
-def parse_examples_batch(records: Iterable, description: Mapping[str, str]) -> Dict[str, Any]:
+def parse_examples_batch(
+    records: Iterable, description: Mapping[str, str], *, byte_views: bool = False
+) -> Dict[str, Any]:
     """Parse many Examples into one dict of arrays, one entry per described key.
 
     Numeric features of the same length in every record become a 2-D array
     ``(n_records, length)``; ragged ones become ``(values, row_lengths)``. Byte
     features become an object array of ``bytes`` (one value per record) or lists.
+    ``byte_views=True`` gives, where the compiled parser handles the batch, read-only
+    ``memoryview``s of the records instead of ``bytes`` copies (no copy of large images
+    or audio; they keep the records' buffers alive), else ``bytes`` as usual.
     """
     wanted = _normalize_description(description) or []
     if not isinstance(records, (list, tuple)):
         records = list(records)
-    cols = _fast_columns(records, wanted)
+    cols = _fast_columns(records, wanted, byte_views)
     if cols is not None:
+        if byte_views:
+            cols = [_byte_views(records, col) if kind == BYTES else col for (_, kind), col in zip(wanted, cols)]
         return _batch_from_columns(len(records), wanted, cols)
     columns: Dict[str, List[Any]] = {k: [] for k, _ in wanted}
     example = Example()
@@ -477,6 +488,21 @@ def parse_examples_batch(records: Iterable, description: Mapping[str, str]) -> D
             out[key] = flat.reshape(len(col), int(lengths[0]))
         else:
             out[key] = (flat, lengths)
+    return out
+
+
+def _byte_views(records: Sequence, col: Tuple[bytearray, bytearray]) -> List[List[memoryview]]:
+    """The compiled parser's (offset, length) spans -> per record, its strings as views."""
+    spans = np.frombuffer(col[0], dtype=np.int64).reshape(-1, 2).tolist()
+    counts = np.frombuffer(col[1], dtype=np.int64).tolist()
+    out: List[List[memoryview]] = []
+    k = 0
+    for record, count in zip(records, counts):
+        view = record if isinstance(record, memoryview) else memoryview(record)
+        if view.ndim != 1 or view.itemsize != 1:
+            view = view.cast("B")
+        out.append([view[a : a + n] for a, n in spans[k : k + count]])
+        k += count
     return out
 
 

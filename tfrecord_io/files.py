@@ -78,8 +78,50 @@ def open_raw(path: str, mode: str = "rb") -> BinaryIO:
         fs = _beam_filesystems()
         if "r" in mode:
             return fs.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-        return fs.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        return _EmptySafeWriter(fs.create(path, compression_type=CompressionTypes.UNCOMPRESSED))
     return open(_local(path), mode)
+
+
+class _EmptySafeWriter(io.RawIOBase):
+    """A remote file being written, that may also be written empty.
+
+    Beam 2.62's S3 writer is a multipart upload that uploads no part at all for an empty
+    file, and S3 refuses to complete an upload without parts (MalformedXML), so an
+    empty shard or index could not be written. On close of an empty file this uploads
+    one empty part first (through the writer Beam returned; other filesystems are left
+    as they are).
+    """
+
+    def __init__(self, inner: BinaryIO):
+        self._inner = inner
+        self._written = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        n = self._inner.write(data)
+        self._written += len(data) if n is None else n
+        return len(data) if n is None else n
+
+    def tell(self) -> int:
+        return self._written
+
+    def flush(self) -> None:
+        if not self._inner.closed:
+            self._inner.flush()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if self._written == 0:
+                uploader = getattr(getattr(self._inner, "raw", None), "_uploader", None)
+                if uploader is not None and hasattr(uploader, "_write_to_s3") and not getattr(uploader, "parts", True):
+                    uploader._write_to_s3(b"")
+            self._inner.close()
+        finally:
+            super().close()
 
 
 def file_size(path: str) -> int:
@@ -113,6 +155,109 @@ def glob(pattern: str) -> List[str]:
     import glob as _glob
 
     return sorted(_glob.glob(_local(pattern)))
+
+
+def join(base: str, *parts: str) -> str:
+    """``base/part/...`` for local paths and URLs alike (URLs always use ``/``)."""
+    if is_remote(base):
+        return "/".join([str(base).rstrip("/"), *[p.strip("/") for p in parts]])
+    return os.path.join(_local(base), *parts)
+
+
+def check_filesystem(path: str) -> None:
+    """Raise ``ValueError`` with one clear line if no filesystem can open ``path``.
+
+    A URL whose scheme Beam has no filesystem for (or whose extra is not installed,
+    e.g. ``s3://`` without ``apache-beam[aws]``) would otherwise fail late, or, through
+    plain ``open``, silently create a local directory named ``s3:``.
+    """
+    if "://" in str(path) and not is_remote(path) and not str(path).startswith("file://"):
+        raise ValueError(f"{path}: not a path or URL any filesystem here opens")
+    if not is_remote(path):
+        return
+    try:
+        _beam_filesystems().get_filesystem(path)
+    except ValueError as err:
+        scheme = str(path).split("://", 1)[0]
+        hint = {"s3": "apache-beam[aws]", "gs": "apache-beam[gcp]", "hdfs": "apache-beam with --hdfs_host"}.get(scheme)
+        extra = f" (install {hint})" if hint else ""
+        raise ValueError(f"{path}: no filesystem for the {scheme}:// scheme{extra}: {err}") from None
+
+
+def read_bytes(path: str) -> bytes:
+    """The whole stored content of ``path``."""
+    with open_raw(path, "rb") as f:
+        return f.read()
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` as the whole content of ``path``, all or nothing.
+
+    Local: a temporary name in the same directory, fsync, rename. Object stores: one
+    PUT (an object becomes visible only once its upload completed).
+    """
+    if is_remote(path):
+        with open_raw(path, "wb") as f:
+            f.write(data)
+        return
+    path = _local(path)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def delete(paths: List[str]) -> None:
+    """Delete files (missing ones are ignored)."""
+    if not paths:
+        return
+    remote = [p for p in paths if is_remote(p)]
+    if remote:
+        from apache_beam.io.filesystem import BeamIOError
+
+        try:
+            _beam_filesystems().delete(remote)
+        except BeamIOError as err:
+            real = {p: e for p, e in err.exception_details.items() if not isinstance(e, FileNotFoundError) and "404" not in str(e) and "Not Found" not in str(e)}
+            if real:
+                raise
+    for p in paths:
+        if not is_remote(p):
+            try:
+                os.remove(_local(p))
+            except FileNotFoundError:
+                pass
+
+
+def list_prefix(prefix: str) -> List[str]:
+    """Every file under ``prefix`` (a directory or key prefix), sorted."""
+    if is_remote(prefix):
+        return glob(str(prefix).rstrip("/") + "/**")
+    out = []
+    for dirpath, _dirs, names in os.walk(_local(prefix)):
+        out.extend(os.path.join(dirpath, n) for n in names)
+    return sorted(out)
+
+
+def delete_prefix(prefix: str) -> None:
+    """Delete everything under ``prefix`` (and, locally, the directory itself)."""
+    if is_remote(prefix):
+        delete(list_prefix(prefix))
+        return
+    import shutil
+
+    shutil.rmtree(_local(prefix), ignore_errors=True)
+
+
+def rename(src: str, dst: str) -> None:
+    """Move ``src`` to ``dst``: an atomic rename locally, copy + delete on object stores."""
+    if is_remote(src) or is_remote(dst):
+        _beam_filesystems().rename([src], [dst])
+        return
+    os.replace(_local(src), _local(dst))
 
 
 class ZlibReader(io.RawIOBase):

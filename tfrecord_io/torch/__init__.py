@@ -5,10 +5,15 @@ Drop-in for the ``tfrecord`` package's ``tfrecord.torch``: ``TFRecordDataset`` a
 once per epoch across DataLoader workers and distributed ranks, with or without an
 index; ``TFRecordIndexedDataset`` gives map-style random access for ``Sampler``s.
 ``pad_collate``/``PadCollate`` and ``PadTo`` batch variable-length features.
+``TFRecordBatchDataset`` makes whole batches in the worker (``DataLoader(ds,
+batch_size=None)``), several times faster; ``from_dataset(root, "train[:90%]")`` opens a
+built dataset by its root and a TFDS-style split selection.
 
 This is the only part of ``tfrecord_io`` that imports torch.
 """
 
+from .batched import TFRecordBatchDataset, batch_tensor
+from .built import from_dataset
 from .collate import PadCollate, PadTo, pad_collate, pad_stack
 from .context import ReadContext, current_context, distributed_rank
 from .dataset import MultiTFRecordDataset, RecordDecoder, TFRecordDataset, TFRecordIndexedDataset
@@ -20,9 +25,12 @@ __all__ = [
     "ReadContext",
     "RecordDecoder",
     "TFRecordDataset",
+    "TFRecordBatchDataset",
     "TFRecordIndexedDataset",
+    "batch_tensor",
     "current_context",
     "distributed_rank",
+    "from_dataset",
     "pad_collate",
     "pad_stack",
 ]

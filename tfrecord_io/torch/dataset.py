@@ -161,7 +161,8 @@ class _ShardedDataset(torch.utils.data.IterableDataset):
 class TFRecordDataset(_ShardedDataset):
     """Records of one TFRecord file (or a list of files) as an ``IterableDataset``.
 
-    ``data_path``: a path, or a list of paths read as one dataset. ``index_path``: the
+    ``data_path``: a path, or a list of paths read as one dataset (or of
+    ``sharding.FileInfo``s, already described, record ranges kept). ``index_path``: the
     index file (or a list, one per file), ``"auto"`` for ``x.tfrecord.index`` & co. beside
     each file, or None. ``description``/``sequence_description``: which features to
     parse, as in the ``tfrecord`` package (None: all). ``transform`` is applied to each
@@ -208,7 +209,10 @@ class TFRecordDataset(_ShardedDataset):
         """The files with their sizes and indexes (loaded once per process)."""
         if self._infos is None:
             paths = [self.data_path] if isinstance(self.data_path, str) else list(self.data_path)
-            self._infos = describe_files(paths, _index_list(self.index_path, paths), self.compression_type)
+            if paths and all(isinstance(p, FileInfo) for p in paths):
+                self._infos = paths  # described already (e.g. a slice of a built dataset)
+            else:
+                self._infos = describe_files(paths, _index_list(self.index_path, paths), self.compression_type)
         return self._infos
 
     def __len__(self) -> int:

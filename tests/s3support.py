@@ -1,0 +1,176 @@
+"""A real S3 server for the tests: versitygw serving a temporary directory.
+
+Why a real server: the build's commit protocol exists because object stores have no
+atomic rename and no directories; only a real S3 API (listing by prefix, PUT/COPY/
+DELETE of whole objects, signatures and errors) tests it. versitygw's ``posix`` backend
+serves a local directory over S3, so a test can also reach *behind* the server (e.g.
+corrupt one object's bytes on disk).
+
+The binary comes from ``scripts/setup-s3`` (``TFRECORD_IO_VERSITYGW``, else
+``~/.cache/tfrecord-io/bin/versitygw``, else ``versitygw`` on PATH). Without it the
+S3 tests skip, unless ``TFRECORD_IO_REQUIRE_S3=1`` (set by ``scripts/test``), where
+they fail. The server binds 127.0.0.1 on a free port with random credentials; only the
+process started here is stopped.
+
+Fixtures (registered by ``pytest_plugins = ["s3support"]`` in ``conftest.py``):
+
+- ``s3_server`` (session): an :class:`S3Server` with ``endpoint``, ``access_key``,
+  ``secret_key``, ``region``, ``root_dir``, ``pipeline_args()`` (Beam's S3 flags) and
+  ``env()`` (the AWS_* variables boto3 and Beam read).
+- ``s3_bucket`` (function): a fresh, empty bucket; returns ``"s3://<name>"``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional
+
+import pytest
+
+START_TIMEOUT_S = 30.0
+
+
+def find_versitygw() -> Optional[str]:
+    """Path of the versitygw binary, or None."""
+    candidates = [
+        os.environ.get("TFRECORD_IO_VERSITYGW"),
+        os.path.join(os.environ.get("TFRECORD_IO_TOOLS", os.path.expanduser("~/.cache/tfrecord-io/bin")), "versitygw"),
+        shutil.which("versitygw"),
+    ]
+    for path in candidates:
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class S3Server:
+    """A running versitygw process and how to reach it."""
+
+    endpoint: str
+    access_key: str
+    secret_key: str
+    root_dir: str
+    region: str = "us-east-1"
+    process: Optional[subprocess.Popen] = field(default=None, repr=False)
+    log_path: str = ""
+
+    def pipeline_args(self) -> List[str]:
+        """Beam's S3 flags (``S3Options``) for this server."""
+        return [
+            f"--s3_endpoint_url={self.endpoint}",
+            f"--s3_access_key_id={self.access_key}",
+            f"--s3_secret_access_key={self.secret_key}",
+            f"--s3_region_name={self.region}",
+            "--s3_disable_ssl",
+        ]
+
+    def env(self) -> Dict[str, str]:
+        """The AWS environment variables boto3 (and so Beam's S3 filesystem) reads."""
+        return {
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_REGION": self.region,
+            "AWS_ENDPOINT_URL": self.endpoint,
+        }
+
+    def client(self):
+        """A boto3 S3 client for test set-up and inspection."""
+        import boto3
+
+        return boto3.session.Session().client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+        )
+
+    def make_bucket(self, name: Optional[str] = None) -> str:
+        name = name or f"t-{secrets.token_hex(6)}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def object_path(self, url: str) -> str:
+        """The file behind ``s3://bucket/key`` in the posix backend's directory."""
+        assert url.startswith("s3://"), url
+        return os.path.join(self.root_dir, url[len("s3://"):])
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def start_versitygw(binary: str, workdir: str, timeout_s: float = START_TIMEOUT_S) -> S3Server:
+    """Start versitygw on a free 127.0.0.1 port and wait until it answers a signed request."""
+    root = os.path.join(workdir, "s3-root")
+    os.makedirs(root, exist_ok=True)
+    access, secret = "tk" + secrets.token_hex(8), secrets.token_hex(20)
+    last_error: Optional[BaseException] = None
+    for _attempt in range(3):  # the free port may be taken between probe and bind
+        port = _free_port()
+        log_path = os.path.join(workdir, f"versitygw-{port}.log")
+        log = open(log_path, "wb")
+        proc = subprocess.Popen(
+            [binary, "--access", access, "--secret", secret, "--port", f"127.0.0.1:{port}", "--quiet", "posix", root],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        server = S3Server(f"http://127.0.0.1:{port}", access, secret, root, process=proc, log_path=log_path)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                server.client().list_buckets()
+                return server
+            except Exception as err:  # noqa: BLE001 - not up yet
+                last_error = err
+                time.sleep(0.2)
+        server.stop()
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            tail = f.read()[-2000:]
+        last_error = RuntimeError(f"versitygw did not come up on port {port} within {timeout_s}s ({last_error}); log:\n{tail}")
+    raise RuntimeError(str(last_error))
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory) -> Iterator[S3Server]:
+    binary = find_versitygw()
+    if binary is None:
+        message = "versitygw not found: run `bash scripts/setup-s3` (or set TFRECORD_IO_VERSITYGW)"
+        if os.environ.get("TFRECORD_IO_REQUIRE_S3") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    pytest.importorskip("boto3", reason="Beam's S3 filesystem needs boto3: pip install 'tfrecord-io[aws]'")
+    workdir = tempfile.mkdtemp(prefix="s3-", dir=str(tmp_path_factory.getbasetemp()))
+    server = start_versitygw(binary, workdir)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Server) -> str:
+    """A fresh, empty bucket on the session's server: ``"s3://<name>"``."""
+    return "s3://" + s3_server.make_bucket()
