@@ -3,12 +3,18 @@
 separate processes by ``scripts/cluster`` (one cluster per engine for the module;
 ``scripts/cluster down`` at the end).
 
+Data on S3: versitygw (``s3_server``/``s3_bucket`` from tests/s3support.py); its flags
+reach the SDK workers as pipeline options through the runner's provision service.
+
 What is asserted (never timings):
 - a build on the cluster gives the same shards, byte for byte, as the same build on the
-  DirectRunner; validate on the cluster accepts it with the same per-file counts;
-  reshard on the cluster puts the same records in each shard as on the DirectRunner;
-- one file read as several byte ranges: every record exactly once, read in SDK workers
-  of *both* worker pools (their parent pids are the two pools `up` started);
+  DirectRunner (written to a local folder all processes share: the build's own
+  writes are not on S3 on this branch); validate on the cluster of those shards on S3
+  gives the same per-file counts as on the DirectRunner; reshard on the cluster, S3 to
+  S3, puts the same records in each shard as on the DirectRunner;
+- one file on S3 read as several byte ranges: every record exactly once, read in SDK
+  workers of *both* worker pools (their parent pids are the two pools `up` started),
+  the same (offset, record) pairs as on the DirectRunner;
 - faults while a build runs (each on a freshly started cluster), per engine as found:
   see ``FAULT_OUTCOMES``. Recovered: the new version is published and byte-identical.
   Failed: the build raises one error and ``LATEST`` still names the previous version.
@@ -32,6 +38,7 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import dataset_dir
@@ -43,6 +50,7 @@ from pipelines.options import beam_args, load_runner_section
 from pipelines.reshard import run_reshard
 from pipelines.validate import run_validate
 from tfrecord_io.beam_io import ReadFromTFRecord
+from tfrecord_io.files import file_size
 from tfrecord_io.reader import read_records
 from tfrecord_io.writer import RecordWriter
 
@@ -104,8 +112,10 @@ class RunningCluster:
     def flags(self) -> List[str]:
         return beam_args(load_runner_section(os.path.join(REPO, "configs", f"{self.engine}-cluster.yaml")), [])
 
-    def options(self) -> PipelineOptions:
-        return PipelineOptions(self.flags())
+    def options(self, s3_server=None) -> PipelineOptions:
+        """The cluster config's options (+ the S3 server's flags: they reach the SDK
+        workers through the runner's provision service, like every pipeline option)."""
+        return PipelineOptions(self.flags() + (s3_server.pipeline_args() if s3_server else []))
 
 
 @pytest.fixture(scope="module", params=["flink", "spark"])
@@ -127,8 +137,18 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-def direct_options() -> PipelineOptions:
-    return PipelineOptions(beam_args(None, []))
+def direct_options(s3_server=None) -> PipelineOptions:
+    return PipelineOptions(beam_args(None, s3_server.pipeline_args() if s3_server else []))
+
+
+def upload_tree(s3_server, local_dir: str, url: str) -> None:
+    """Copy every file under ``local_dir`` to ``url`` (s3://bucket/prefix)."""
+    bucket, _, prefix = url[len("s3://"):].partition("/")
+    client = s3_server.client()
+    for root, _, names in os.walk(local_dir):
+        for name in names:
+            path = os.path.join(root, name)
+            client.upload_file(path, bucket, f"{prefix}/{os.path.relpath(path, local_dir)}")
 
 
 @pytest.fixture(scope="module")
@@ -180,29 +200,34 @@ def records_by_file(paths: List[str], root: str) -> Dict[str, Counter]:
     return {os.path.relpath(p, root): Counter(bytes(r) for _, r in read_records(p)) for p in paths}
 
 
-def test_build_validate_reshard_on_the_cluster_equal_the_direct_runner(cluster, demo_config, direct_build, tmp_path):
-    options = cluster.options()
+def test_build_validate_reshard_on_the_cluster_equal_the_direct_runner(cluster, s3_server, s3_bucket, demo_config, direct_build, tmp_path):
+    # The build writes its version directory with local file operations on this branch
+    # (a build into s3:// is the object-storage issue's): it goes to a local folder all
+    # the cluster's processes share. Validate and reshard then run on S3.
     out = str(tmp_path / "dataset")
     cfg = load_config(demo_config, [("output.dir", out), ("output.version", "v1")])
-    summary = run_build(cfg, options, progress=False)
+    summary = run_build(cfg, cluster.options(), progress=False)
     assert summary.written > 0 and summary.rejected == 1  # the demo's truncated JPEG
     assert_same_build(os.path.join(out, "v1"), os.path.join(direct_build, "v1"))
 
-    report = run_validate([out], options, progress=False)
-    reference = run_validate([direct_build], direct_options(), progress=False)
+    upload_tree(s3_server, out, f"{s3_bucket}/dataset")
+    shards = f"{s3_bucket}/dataset/v1/*/*.tfrecord-*"
+    options = cluster.options(s3_server)
+    FileSystems.set_options(options)  # the launcher lists s3:// patterns before the job starts
+    report = run_validate([shards], options, progress=False)
+    reference = run_validate([shards], direct_options(s3_server), progress=False)
     assert report["ok"], report["problems"]
     assert report["records"] == summary.written == reference["records"]
-    assert {os.path.relpath(p, out): n for p, n in report["records_per_file"].items()} == {
-        os.path.relpath(p, direct_build): n for p, n in reference["records_per_file"].items()
-    }
+    assert report["records_per_file"] == reference["records_per_file"]
+    assert all(path.startswith(s3_bucket) for path in report["records_per_file"])
 
-    resharded = run_reshard([out], str(tmp_path / "reshard" / "data"), options, num_shards=3, progress=False)
-    direct = run_reshard([direct_build], str(tmp_path / "reshard-direct" / "data"), direct_options(), num_shards=3, progress=False)
+    resharded = run_reshard([shards], f"{s3_bucket}/reshard/data", options, num_shards=3, progress=False)
+    direct = run_reshard([shards], f"{s3_bucket}/reshard-direct/data", direct_options(s3_server), num_shards=3, progress=False)
     assert resharded["records"] == direct["records"] == summary.written
     # A shard's records are chosen by their CRC (the same on every runner); their order
     # within the shard is the order the runner delivers them in, so compare contents.
-    got = records_by_file([s["path"] for s in resharded["shards"]], str(tmp_path / "reshard"))
-    want = records_by_file([s["path"] for s in direct["shards"]], str(tmp_path / "reshard-direct"))
+    got = records_by_file([s3_server.object_path(s["path"]) for s in resharded["shards"]], s3_server.object_path(f"{s3_bucket}/reshard"))
+    want = records_by_file([s3_server.object_path(s["path"]) for s in direct["shards"]], s3_server.object_path(f"{s3_bucket}/reshard-direct"))
     assert got == want
 
 
@@ -217,7 +242,8 @@ def write_big_file(path: str, n: int) -> List[bytes]:
 def read_with_workers(path: str, options: PipelineOptions, folder: str) -> List[Dict[str, Any]]:
     """One file read as 8 byte ranges; each record with the pid and parent pid of the
     SDK worker that read it (the Map is fused with the read, so it runs there)."""
-    desired = os.path.getsize(path) // 8 + 1
+    FileSystems.set_options(options)  # the launcher sizes the s3:// file
+    desired = file_size(path) // 8 + 1
     with ResultDir(folder) as results:
         with beam.Pipeline(options=options) as p:
             (
@@ -229,24 +255,28 @@ def read_with_workers(path: str, options: PipelineOptions, folder: str) -> List[
         return results.read()
 
 
-def test_one_file_is_split_across_both_workers_exactly_once(cluster, tmp_path):
-    path = str(tmp_path / "big.tfrecord")
-    records = write_big_file(path, 20000)
-    items = read_with_workers(path, cluster.options(), str(tmp_path / "cluster-results"))
+def test_one_file_on_s3_is_split_across_both_workers_exactly_once(cluster, s3_server, s3_bucket, tmp_path):
+    local = str(tmp_path / "big.tfrecord")
+    records = write_big_file(local, 20000)
+    bucket = s3_bucket[len("s3://"):]
+    s3_server.client().upload_file(local, bucket, "big.tfrecord")
+    path = f"{s3_bucket}/big.tfrecord"
+    items = read_with_workers(path, cluster.options(s3_server), str(tmp_path / "cluster-results"))
     assert Counter(bytes.fromhex(i["record"]) for i in items) == Counter(records)  # each exactly once
     pools = cluster.pool_pids()
     by_pool = Counter(pools.get(i["ppid"], f"not a pool: {i['ppid']}") for i in items)
     assert set(by_pool) == set(pools.values()), f"records per worker pool: {by_pool}"
     assert len({i["pid"] for i in items}) >= WORKERS
 
-    direct = read_with_workers(path, direct_options(), str(tmp_path / "direct-results"))
+    direct = read_with_workers(path, direct_options(s3_server), str(tmp_path / "direct-results"))
     assert sorted((i["offset"], i["record"]) for i in items) == sorted((i["offset"], i["record"]) for i in direct)
 
 
 def _connected_sdk_workers(pool_pid: int) -> List[int]:
-    """The SDK workers a pool started (its child processes, each started as
-    ``python -c "...SdkHarness('localhost:PORT', ...)"``) that hold an established TCP
-    connection to that control port, i.e. that the engine is running code in."""
+    """The SDK workers a pool started (its child processes, each running
+    ``sdk_worker_main`` with ``CONTROL_API_SERVICE_DESCRIPTOR=url: "localhost:PORT"``)
+    that hold an established TCP connection to that control port, i.e. that the engine
+    is running code in."""
     established = {}  # socket inode -> remote port, for ESTABLISHED TCP connections
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table, encoding="utf-8") as f:
@@ -262,13 +292,13 @@ def _connected_sdk_workers(pool_pid: int) -> List[int]:
             with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
                 if int(f.read().rsplit(")", 1)[1].split()[1]) != pool_pid:
                     continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read().decode("utf-8", "replace")
-            control_port = int(cmdline.split('SdkHarness("', 1)[1].split('"', 1)[0].rsplit(":", 1)[1])
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = dict(v.split("=", 1) for v in f.read().decode("utf-8", "replace").split("\0") if "=" in v)
+            control_port = int(environ["CONTROL_API_SERVICE_DESCRIPTOR"].split('"')[1].rsplit(":", 1)[1])
             sockets = {os.readlink(f"/proc/{entry}/fd/{fd}")[8:-1] for fd in os.listdir(f"/proc/{entry}/fd")
                        if os.readlink(f"/proc/{entry}/fd/{fd}").startswith("socket:[")}
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile, or not an SDK worker
+        except (OSError, IndexError, KeyError, ValueError):
+            continue  # gone meanwhile, or not (yet) an SDK worker
         if any(established.get(inode) == control_port for inode in sockets):
             found.append(int(entry))
     return found
