@@ -211,7 +211,7 @@ def test_build_validate_reshard_on_the_cluster_equal_the_direct_runner(cluster, 
     assert_same_build(os.path.join(out, "v1"), os.path.join(direct_build, "v1"))
 
     upload_tree(s3_server, out, f"{s3_bucket}/dataset")
-    shards = f"{s3_bucket}/dataset/v1/*/*.tfrecord-*"
+    shards = f"{s3_bucket}/dataset/v1/*/*.tfrecord-?????-of-?????"  # not the .index files
     options = cluster.options(s3_server)
     FileSystems.set_options(options)  # the launcher lists s3:// patterns before the job starts
     report = run_validate([shards], options, progress=False)
