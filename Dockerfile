@@ -29,7 +29,7 @@ COPY pipelines ./pipelines
 COPY configs ./configs
 
 # The image's apache-beam is already the pinned version; pip keeps it.
-RUN pip install ".[media]" \
+RUN pip install ".[media,report]" \
     && python -c "import tfrecord_io, transforms, pipelines.cli; print('tfrecord-io', tfrecord_io.__version__)"
 
 # Keep Beam's SDK harness boot as the entry point (what runners start).

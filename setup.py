@@ -90,6 +90,8 @@ setup(
         "torch": ["torch>=2.1"],
         "aws": ["boto3>=1.28,<2"],
         "media": ["pillow>=10", "librosa>=0.10", "soundfile>=0.12"],
+        # tfrecord-io report: charts drawn with matplotlib (images and audio need [media]).
+        "report": ["matplotlib>=3.7,<4"],
         "dev": [
             "pytest>=8",
             "pytest-timeout>=2.3",
@@ -102,6 +104,8 @@ setup(
             "pillow>=10",
             "librosa>=0.10",
             "soundfile>=0.12",
+            # The report's browser tests talk to headless Chromium over the DevTools protocol.
+            "websocket-client>=1.6,<2",
         ],
     },
     entry_points={

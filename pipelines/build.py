@@ -1,23 +1,47 @@
 """``tfrecord-io build``: media rows -> encoded Examples -> split, shuffled, sharded
 TFRecord files with indexes, ``dataset_info.json`` last, then ``LATEST``.
 
-Determinism (why a rerun is byte-identical): every decision is a hash of the row's
-key and the seed (``splits.py``): its split, its shard, and its position inside the
-shard (shards are sorted by the shuffle hash before writing). Encoders are
-deterministic (fixed codecs and parameters), Examples are serialised with sorted keys,
-and frames are TensorFlow's. Nothing depends on input order, worker count, runner or
-time; only ``dataset_info.json`` records when the build ran.
+Data path (why it is shaped this way): placement needs only each row's key, never its
+media. So the launcher reads the manifest, hashes every key into its split, its shard
+and its position (``splits.py``), and groups the *rows* (paths and small values, a few
+hundred bytes each) into one task per shard, sorted by the shuffle hash. The pipeline
+spreads those tasks over the workers; each worker, per shard, reads every row's
+media, encodes it and streams the Example straight into the shard file. Encoded media
+never crosses the runner's shuffle and is never held beyond one write batch: peak
+memory per worker is one shard's row list (about 0.3 KB per row) plus
+``WRITE_BATCH`` encoded Examples plus one decoded image/clip, whatever the dataset
+size. Parallelism is the number of shards (tasks are dealt out largest first).
+
+``target_shard_bytes``: the shard count of a split is fixed before encoding, from an
+estimate - the stored size of each row's media files plus the length of its other
+values, summed over the split (one listing of the inputs, no encoding). With
+``reencode``/``resize`` the shards come out smaller or larger than the target by the
+codec's ratio; the estimate is deterministic, so reruns give the same shards.
+
+Determinism (why a rerun is byte-identical): split, shard and order are hashes of the
+row's key and the seed; encoders are deterministic; Examples are serialised with
+sorted keys; frames are TensorFlow's. Nothing depends on input order, worker count,
+runner or time; only ``dataset_info.json`` records when the build ran.
+
+Storage and commit: every path goes through Beam's FileSystems (``tfrecord_io.files``),
+local or ``s3://``/``gs://``/``hdfs://``; the output is checked (scheme known, listable)
+before anything is written. The commit protocol is in ``dataset_dir.py``.
+
+Scheduled retries: the input fingerprint (config + manifest rows + each media file's
+size and modification time) is stored in ``dataset_info.json``. A rerun with the same
+``--version``: after a failed/killed attempt removes it and builds again; after a
+successful one with the same fingerprint verifies the shards' SHA-256 and exits 0
+without rewriting; with another fingerprint it is refused.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
-import math
-import os
-import shutil
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -32,7 +56,9 @@ from .manifest import load_rows, row_key
 from .progress import CountProgress, ProgressPrinter
 
 TOOL_VERSION = "0.1.0"
-META_DIR = ".shards"
+META_DIR = "_shards"
+REJECTED_NAME = "rejected-00000-of-00001.jsonl"
+WRITE_BATCH = 64
 
 
 def shard_name(name: str, split: str, shard: int, num_shards: int, compression: str) -> str:
@@ -40,91 +66,110 @@ def shard_name(name: str, split: str, shard: int, num_shards: int, compression: 
     return f"{name}-{split}.tfrecord-{shard:05d}-of-{num_shards:05d}{suffix}"
 
 
-class EncodeRow(beam.DoFn):
-    """Row -> ``(split, shuffle_key, example_bytes)``; failures to the ``rejected`` output."""
+@dataclass
+class ShardTask:
+    """One shard to write: its place and its rows, already in shuffle order."""
 
-    REJECTED = "rejected"
-
-    def __init__(self, encoders: Dict[str, Any], sources: Dict[str, str], key_column: Optional[str],
-                 cutoffs: List[Tuple[str, float]], seed: int):
-        self._encoders = encoders
-        self._sources = sources  # feature column -> input column
-        self._key_column = key_column
-        self._cutoffs = cutoffs
-        self._seed = seed
-        self.rows_in = Metrics.counter("build", "rows_in")
-        self.examples_out = Metrics.counter("build", "examples_out")
-        self.rejected = Metrics.counter("build", "rejected")
-
-    def process(self, row: Dict[str, Any]):
-        from transforms.errors import EncodeError, rejected_row
-        from transforms.rows import encode_row
-
-        self.rows_in.inc()
-        view = {col: row.get(src) for col, src in self._sources.items()}
-        try:
-            data = encode_row(view, self._encoders)
-        except EncodeError as err:
-            self.rejected.inc()
-            out = rejected_row(row, err)
-            yield beam.pvalue.TaggedOutput(self.REJECTED, json.dumps(out, sort_keys=True, default=str, ensure_ascii=False))
-            return
-        key = row_key(row, self._key_column)
-        split = splits.assign_split(key, self._cutoffs, self._seed)
-        self.examples_out.inc()
-        yield split, splits.shuffle_key(key, self._seed), data
+    split: str
+    shard: int
+    num_shards: int
+    rows: List[Dict[str, Any]]
+    estimated_bytes: int = 0
 
 
 class WriteShard(beam.DoFn):
-    """Write one shard: records sorted by shuffle key, to a temporary name, then renamed
-    into place with its index; emits the shard's metadata (also kept as a small JSON file
-    beside the shards so the launcher can read it on any filesystem)."""
+    """Per shard task: read + encode each row, stream the Examples into the shard file
+    (complete before it is visible under its final name), rejected rows kept with their
+    reasons; emits the shard's metadata, also stored under ``_shards/`` for the launcher."""
 
-    def __init__(self, version_dir: str, name: str, compression: str, write_index: bool):
+    def __init__(self, version_dir: str, name: str, compression: str, write_index: bool,
+                 encoders: Dict[str, Any], sources: Dict[str, str], progress_dir: Optional[str]):
         self._dir = version_dir
         self._name = name
         self._compression = compression
         self._write_index = write_index and not compression
+        self._encoders = encoders
+        self._sources = sources  # feature column -> input column
+        self._progress_dir = progress_dir
+        self.rows_in = Metrics.counter("build", "rows_in")
+        self.examples_out = Metrics.counter("build", "examples_out")
+        self.rejected = Metrics.counter("build", "rejected")
+
+    def setup(self):
+        self._encoded = CountProgress(self._progress_dir, "encoded")
+        self._rejected = CountProgress(self._progress_dir, "rejected")
+        self._encoded.setup()
+        self._rejected.setup()
+
+    def finish_bundle(self):
+        self._encoded.finish_bundle()
+        self._rejected.finish_bundle()
 
     def process(self, element):
-        (split, shard, num_shards), items = element
-        records = sorted((k, d) for k, d in items if d is not None)
-        split_dir = os.path.join(self._dir, split)
-        os.makedirs(split_dir, exist_ok=True)
-        final = os.path.join(split_dir, shard_name(self._name, split, shard, num_shards, self._compression))
+        _, tasks = element
+        for task in tasks:
+            yield self._write(task)
+
+    def _encode(self, task: ShardTask, rejected: List[str]) -> Iterable[bytes]:
+        from transforms.errors import EncodeError, rejected_row
+        from transforms.rows import encode_row
+
+        for row in task.rows:
+            self.rows_in.inc()
+            view = {col: row.get(src) for col, src in self._sources.items()}
+            try:
+                data = encode_row(view, self._encoders)
+            except EncodeError as err:
+                self.rejected.inc()
+                rejected.append(json.dumps(rejected_row(row, err), sort_keys=True, default=str, ensure_ascii=False))
+                list(self._rejected.process(None))
+                continue
+            self.examples_out.inc()
+            list(self._encoded.process(None))
+            yield data
+
+    def _write(self, task: ShardTask) -> Dict[str, Any]:
+        relpath = f"{task.split}/{shard_name(self._name, task.split, task.shard, task.num_shards, self._compression)}"
+        final = files.join(self._dir, relpath)
         index_path = final + ".index" if self._write_index else None
-        tmp = os.path.join(split_dir, f".tmp-{os.path.basename(final)}-{os.getpid()}")
-        writer = RecordWriter(tmp, self._compression, index_path=(tmp + ".index") if index_path else None)
+        if not files.is_remote(final):
+            import os
+
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+        # Local: a temporary name, renamed when complete. Object store: one upload,
+        # visible only once complete (an abort leaves it in the unpublished version,
+        # which the launcher removes).
+        writer = RecordWriter(final, self._compression, atomic=not files.is_remote(final), index_path=index_path)
+        rejected: List[str] = []
+        records = 0
         try:
-            writer.write_records([d for _, d in records])
+            batch: List[bytes] = []
+            for data in self._encode(task, rejected):
+                batch.append(data)
+                if len(batch) >= WRITE_BATCH:
+                    writer.write_records(batch)
+                    records += len(batch)
+                    batch = []
+            if batch:
+                writer.write_records(batch)
+                records += len(batch)
             writer.close()
         except BaseException:
             writer.abort()
             raise
-        if index_path:
-            os.replace(tmp + ".index", index_path)
-        os.replace(tmp, final)
         meta = {
-            "split": split,
-            "shard": shard,
-            "num_shards": num_shards,
-            "path": os.path.relpath(final, self._dir),
-            "index": os.path.relpath(index_path, self._dir) if index_path else None,
-            "records": len(records),
-            "bytes": os.path.getsize(final),
+            "split": task.split,
+            "shard": task.shard,
+            "num_shards": task.num_shards,
+            "path": relpath,
+            "index": relpath + ".index" if index_path else None,
+            "records": records,
+            "bytes": files.file_size(final),
             "sha256": dataset_dir.sha256_file(final),
+            "rejected": sorted(rejected),
         }
-        meta_dir = os.path.join(self._dir, META_DIR)
-        os.makedirs(meta_dir, exist_ok=True)
-        with open(os.path.join(meta_dir, f"{split}-{shard:05d}.json"), "w") as f:
-            json.dump(meta, f)
-        yield meta
-
-
-def _shard_counts(size_by_split: Dict[str, int], fixed: Optional[int], target: int) -> Dict[str, int]:
-    if fixed:
-        return {s: fixed for s in size_by_split}
-    return {s: max(1, math.ceil(size / target)) for s, size in size_by_split.items()}
+        files.write_bytes(files.join(self._dir, META_DIR, f"{task.split}-{task.shard:05d}.json"), json.dumps(meta).encode())
+        return meta
 
 
 @dataclass
@@ -137,6 +182,7 @@ class BuildSummary:
     shards: List[Dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     rejected_path: Optional[str] = None
+    reused: bool = False
 
     def lines(self) -> List[str]:
         per_split: Dict[str, List[int]] = {}
@@ -145,10 +191,12 @@ class BuildSummary:
             acc[0] += s["records"]
             acc[1] += s["bytes"]
             acc[2] += 1
-        out = [
-            f"build finished in {self.seconds:.1f}s: version {self.version} at {self.version_dir}",
-            f"rows in: {self.rows_in}   written: {self.written}   rejected: {self.rejected}",
-        ]
+        if self.reused:
+            head = (f"version {self.version} at {self.version_dir} was already built from the same config and inputs: "
+                    f"verified {len(self.shards)} shards, nothing rewritten ({self.seconds:.1f}s)")
+        else:
+            head = f"build finished in {self.seconds:.1f}s: version {self.version} at {self.version_dir}"
+        out = [head, f"rows in: {self.rows_in}   written: {self.written}   rejected: {self.rejected}"]
         for split, (records, size, count) in per_split.items():
             out.append(f"  {split:<12} {records:>8} records  {count:>4} shards  {size / 1e6:10.2f} MB")
         if self.rejected:
@@ -171,149 +219,233 @@ def feature_spec(encoders: Dict[str, Any]) -> Dict[str, Any]:
     return {s.key: s.to_dict() for s in check_spec(encoders)}
 
 
-def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print) -> BuildSummary:
-    """Validate everything that can be checked up front, run the pipeline, publish."""
+def input_fingerprint(cfg: Dict[str, Any], rows: List[Dict[str, Any]], media: Dict[str, Optional[Tuple[int, float]]]) -> str:
+    """SHA-256 of what decides a build's content: the config (without where it is
+    written and which runner runs it), the manifest rows, and each media file's size
+    and modification time. A file rewritten in place with the same size and time is
+    not noticed (hashing every input would cost a full read before every retry)."""
+    settings = copy.deepcopy(cfg)
+    settings.pop("runner", None)
+    settings.get("output", {}).pop("version", None)
+    settings.get("output", {}).pop("dir", None)
+    canonical = json.dumps(
+        {"config": settings, "rows": sorted(json.dumps(r, sort_keys=True, default=str) for r in rows),
+         "media": sorted([p, v] for p, v in media.items())},
+        sort_keys=True, default=str,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _row_bytes(row: Dict[str, Any], media_cols: List[str], media: Dict[str, Optional[Tuple[int, float]]]) -> int:
+    """Estimated Example bytes of a row: its media files' stored sizes plus its other values."""
+    size = 0
+    for col, value in row.items():
+        if col == "_row":
+            continue
+        if col in media_cols and isinstance(value, str):
+            stat = media.get(value)
+            size += stat[0] if stat else 0
+        else:
+            size += len(str(value))
+    return size
+
+
+def plan_shards(rows: List[Dict[str, Any]], key_column: Optional[str], cutoffs, seed: int,
+                num_shards: Optional[int], target_shard_bytes: int, media_cols: List[str],
+                media: Dict[str, Optional[Tuple[int, float]]]) -> List[ShardTask]:
+    """Every row's split, shard and position from hashes of its key; one task per shard
+    (empty shards too), rows sorted by shuffle hash (ties: the row's content)."""
+    placed = []
+    bytes_by_split = {name: 0 for name, _ in cutoffs}
+    for row in rows:
+        key = row_key(row, key_column)
+        split = splits.assign_split(key, cutoffs, seed)
+        size = _row_bytes(row, media_cols, media)
+        bytes_by_split[split] += size
+        placed.append((split, key, splits.shuffle_key(key, seed), size, row))
+    counts = splits.shard_counts(bytes_by_split, num_shards, target_shard_bytes)
+    tasks = {(s, i): ShardTask(s, i, n, []) for s, n in counts.items() for i in range(n)}
+    keyed: Dict[Tuple[str, int], List[Tuple[int, str, Dict[str, Any]]]] = {k: [] for k in tasks}
+    for split, key, order, size, row in placed:
+        shard = splits.assign_shard(key, counts[split], seed)
+        keyed[(split, shard)].append((order, json.dumps(row, sort_keys=True, default=str), row))
+        tasks[(split, shard)].estimated_bytes += size
+    for k, items in keyed.items():
+        items.sort(key=lambda t: (t[0], t[1]))
+        tasks[k].rows = [r for _, _, r in items]
+    # Largest first: the runner deals tasks out in turn, so workers get similar loads.
+    return sorted(tasks.values(), key=lambda t: (-t.estimated_bytes, -len(t.rows), t.split, t.shard))
+
+
+def _claim_version(out_dir: str, requested: str, fingerprint: str, log) -> Tuple[Dict[str, Any], Optional[dataset_dir.BuildClaim]]:
+    auto = requested in ("", "auto", None)
+    version = dataset_dir.new_version_name(requested)
+    for _ in range(5):
+        plan = dataset_dir.prepare_version(out_dir, version, fingerprint, auto, log=log)
+        if plan["state"] == "published":
+            return plan, None
+        claim = dataset_dir.BuildClaim(files.join(out_dir, plan["version"]))
+        try:
+            claim.acquire()
+        except dataset_dir.VersionTaken:
+            if auto:
+                continue  # another run took the name between our look and our claim
+            raise
+        return plan, claim
+    raise dataset_dir.DatasetDirError(f"could not claim a version under {out_dir}: other runs keep taking the names")
+
+
+def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print,
+              on_version: Optional[Callable[[str], None]] = None) -> BuildSummary:
+    """Check everything that can be checked up front, run the pipeline, commit.
+
+    ``on_version`` is told the version's name as soon as this run owns it, so a caller
+    can say what a failure left there (the CLI's failure block)."""
+    from apache_beam.io.filesystems import FileSystems
+
     started = time.monotonic()
+    FileSystems.set_options(options)  # the launcher reads and writes remote paths too
+    out_dir = cfg["output"]["dir"].rstrip("/") or "/"
+    dataset_dir.check_reachable(out_dir)
     sources = {name: s.get("column") or name for name, s in cfg["columns"].items()}
     media_sources = [sources[c] for c in media_columns(cfg["columns"])]
     rows = load_rows(cfg["input"], media_sources, sorted(set(sources.values())))
-    resolve_auto_vocabularies(cfg["columns"], sources, rows)
-    encoders = make_encoders(cfg["columns"])
-    spec = feature_spec(encoders)
     key_column = cfg.get("key")
     if key_column and not any(key_column in r for r in rows):
         raise ConfigError(f"key: column {key_column!r} is not in the input")
-    out_dir = cfg["output"]["dir"]
-    version = dataset_dir.new_version_name(cfg["output"]["version"])
-    dataset_dir.check_output_dir(out_dir, cfg["name"], spec, version)
-    version_dir = os.path.join(out_dir, version)
-    os.makedirs(version_dir)
+    media_paths = sorted({r[c] for r in rows for c in media_sources if isinstance(r.get(c), str) and r.get(c)})
+    media = files.stat_many(media_paths)
+    fingerprint = input_fingerprint(cfg, rows, media)
+    resolve_auto_vocabularies(cfg["columns"], sources, rows)
+    encoders = make_encoders(cfg["columns"])
+    spec = feature_spec(encoders)
+    name = cfg["name"]
+    dataset_dir.check_output_dir(out_dir, name, spec)
     compression = files.normalize_compression(cfg["output"]["compression"] or None)
     cutoffs = splits.split_cutoffs({k: v for k, v in cfg["splits"].items() if v > 0})
     seed = cfg["seed"]
-    fixed = cfg["sharding"].get("num_shards")
-    target = cfg["sharding"]["target_shard_bytes"]
-    name = cfg["name"]
+    tasks = plan_shards(rows, key_column, cutoffs, seed, cfg["sharding"].get("num_shards"),
+                        cfg["sharding"]["target_shard_bytes"], media_sources, media)
 
-    log(f"building {name!r}: {len(rows)} rows -> {version_dir}")
-    with ProgressPrinter("build", enabled=progress, rate_stage="encoded", total=len(rows)) as bar:
-        with beam.Pipeline(options=options) as p:
-            encoded = (
-                p
-                | "Rows" >> beam.Create(rows, reshuffle=False)
-                | "Spread" >> beam.Reshuffle()
-                | "Encode" >> beam.ParDo(EncodeRow(encoders, sources, key_column, cutoffs, seed)).with_outputs(
-                    EncodeRow.REJECTED, main="examples"
+    plan, claim = _claim_version(out_dir, cfg["output"]["version"], fingerprint, log)
+    version = plan["version"]
+    version_dir = files.join(out_dir, version)
+    if on_version is not None and claim is not None:
+        on_version(version)
+    if plan["state"] == "published":
+        return _reuse_published(out_dir, version, plan["info"], started, log)
+
+    log(f"building {name!r}: {len(rows)} rows -> {version_dir} ({len(tasks)} shards)")
+    assert claim is not None
+    try:
+        with ProgressPrinter("build", enabled=progress, rate_stage="encoded", total=len(rows)) as bar:
+            with beam.Pipeline(options=options) as p:
+                (
+                    p
+                    # Typed KV[Any, Any]: coded by Beam's deterministic FastPrimitivesCoder,
+                    # opaque bytes to the runner (Prism 2.62 cannot decode Python-specific
+                    # composite coders at a GroupByKey, apache/beam#32636).
+                    | "ShardTasks" >> beam.Create(list(enumerate(tasks)), reshuffle=False).with_output_types(
+                        beam.typehints.KV[beam.typehints.Any, beam.typehints.Any]
+                    )
+                    # Keyed by task number and grouped: the runner deals the tasks out to
+                    # its workers in that (largest-first) order.
+                    | "SpreadTasks" >> beam.GroupByKey()
+                    | "EncodeAndWrite" >> beam.ParDo(
+                        WriteShard(version_dir, name, compression, cfg["output"]["write_index"], encoders, sources, bar.dir)
+                    )
+                    | "CountShards" >> beam.ParDo(CountProgress(bar.dir, "shards"))
                 )
+        shards = _read_shard_meta(version_dir)
+        rejected_lines = sorted(line for s in shards for line in s.pop("rejected"))
+        written = sum(s["records"] for s in shards)
+        if len(shards) != len(tasks) or written + len(rejected_lines) != len(rows):
+            raise RuntimeError(
+                f"build lost rows: {len(rows)} in, {written} written, {len(rejected_lines)} rejected, "
+                f"{len(shards)} of {len(tasks)} shards; not publishing {version}"
             )
-            examples = encoded.examples | "CountEncoded" >> beam.ParDo(CountProgress(bar.dir, "encoded"))
-            rejected = encoded[EncodeRow.REJECTED] | "CountRejected" >> beam.ParDo(CountProgress(bar.dir, "rejected"))
-            sizes = (
-                examples
-                | "Sizes" >> beam.Map(lambda e: (e[0], len(e[2])))
-                | "SizePerSplit" >> beam.CombinePerKey(sum)
-            )
-            split_names = p | "Splits" >> beam.Create([(s, 0) for s, _ in cutoffs])
-            counts = (
-                (sizes, split_names)
-                | "AllSplits" >> beam.Flatten()
-                | "Total" >> beam.CombinePerKey(sum)
-                | "ShardCounts" >> beam.combiners.ToDict()
-                | "NumShards" >> beam.Map(_shard_counts, fixed, target)
-            )
-            # Shard keys are (split, shard, num_shards) tuples. Typed as KV[Any, Any] they
-            # are coded by Beam's (deterministic) FastPrimitivesCoder, which runners can
-            # treat as opaque bytes; inferred as Tuple[...] they would use Python's
-            # beam:coder:tuple:v1, which Prism 2.62 cannot decode at the GroupByKey
-            # (apache/beam#32636). The grouping, and so the shards, are the same.
-            keyed = examples | "AssignShard" >> beam.Map(
-                lambda e, n: ((e[0], splits.assign_shard(str(e[1]), n[e[0]], seed), n[e[0]]), (e[1], e[2])),
-                beam.pvalue.AsSingleton(counts),
-            ).with_output_types(beam.typehints.KV[beam.typehints.Any, beam.typehints.Any])
-            placeholders = counts | "EveryShard" >> beam.FlatMap(
-                lambda n: [((s, i, k), (0, None)) for s, k in sorted(n.items()) for i in range(k)]
-            ).with_output_types(beam.typehints.KV[beam.typehints.Any, beam.typehints.Any])
-            (
-                (keyed, placeholders)
-                | "WithEmptyShards" >> beam.Flatten()
-                | "GroupShards" >> beam.GroupByKey()
-                | "WriteShards" >> beam.ParDo(WriteShard(version_dir, name, compression, cfg["output"]["write_index"]))
-                | "CountShards" >> beam.ParDo(CountProgress(bar.dir, "shards"))
-            )
-            (
-                rejected
-                | "RejectedToOne" >> beam.combiners.ToList()
-                | "WriteRejected" >> beam.ParDo(_WriteRejected(version_dir))
-            )
-    shards = _read_shard_meta(version_dir)
-    written = sum(s["records"] for s in shards)
-    rejected_path = os.path.join(version_dir, "rejected-00000-of-00001.jsonl")
-    n_rejected = _count_lines(rejected_path)
-    if written + n_rejected != len(rows):
-        raise RuntimeError(
-            f"build lost rows: {len(rows)} in, {written} written, {n_rejected} rejected; not publishing {version}"
-        )
-    info = {
-        "name": name,
-        "description": cfg.get("description", ""),
-        "version": version,
-        "tool": "tfrecord-io",
-        "tool_version": TOOL_VERSION,
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "features": spec,
-        "encoders": {k: e.to_config() for k, e in encoders.items()},
-        "compression": compression,
-        "splits": _splits_info(shards),
-        "rows_in": len(rows),
-        "records": written,
-        "rejected": n_rejected,
-        "config": cfg,
-    }
-    shutil.rmtree(os.path.join(version_dir, META_DIR), ignore_errors=True)
-    dataset_dir.write_info(version_dir, info)
+        rejected_path = files.join(version_dir, REJECTED_NAME)
+        files.write_bytes(rejected_path, "".join(line + "\n" for line in rejected_lines).encode("utf-8"))
+        info = {
+            "name": name,
+            "description": cfg.get("description", ""),
+            "version": version,
+            "tool": "tfrecord-io",
+            "tool_version": TOOL_VERSION,
+            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "fingerprint": fingerprint,
+            "features": spec,
+            "encoders": {k: e.to_config() for k, e in encoders.items()},
+            "compression": compression,
+            "splits": _splits_info(shards),
+            "rows_in": len(rows),
+            "records": written,
+            "rejected": len(rejected_lines),
+            "config": cfg,
+        }
+        files.delete_prefix(files.join(version_dir, META_DIR))
+        dataset_dir.write_info(version_dir, info)
+    except BaseException as err:
+        claim.release()
+        try:
+            dataset_dir.remove_version(version_dir)
+            state = f"removed the unfinished version {version_dir}"
+        except Exception as cleanup_err:  # noqa: BLE001
+            state = f"could not remove the unfinished version {version_dir} ({cleanup_err}); readers ignore it (no {dataset_dir.INFO_NAME})"
+        log(f"build failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); {state}; "
+            f"LATEST still names {dataset_dir.read_latest(out_dir) or 'nothing'}")
+        raise
+    claim.release()
     dataset_dir.publish(out_dir, version)
+    if cfg.get("report"):  # the dataset is published; the page is a by-product (pipelines/report.py)
+        from .report import write_build_report
+
+        log("\n".join(write_build_report(version_dir, options, progress=progress).lines()))
     return BuildSummary(
         version=version,
         version_dir=version_dir,
         rows_in=len(rows),
         written=written,
-        rejected=n_rejected,
+        rejected=len(rejected_lines),
         shards=shards,
         seconds=time.monotonic() - started,
-        rejected_path=rejected_path if n_rejected else None,
+        rejected_path=rejected_path if rejected_lines else None,
     )
 
 
-class _WriteRejected(beam.DoFn):
-    """All rejected rows (few, by nature) into one JSONL file, sorted, atomically."""
-
-    def __init__(self, version_dir: str):
-        self._dir = version_dir
-
-    def process(self, lines: List[str]):
-        path = os.path.join(self._dir, "rejected-00000-of-00001.jsonl")
-        tmp = path + f".tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            for line in sorted(lines):
-                f.write(line + "\n")
-        os.replace(tmp, path)
-        yield path
+def _reuse_published(out_dir: str, version: str, info: Dict[str, Any], started: float, log) -> BuildSummary:
+    """A retry of a build that already succeeded: verify it, publish it if LATEST has
+    not moved past it, and rewrite nothing."""
+    version_dir = files.join(out_dir, version)
+    log(f"version {version} already exists with the same config and inputs: verifying it")
+    problems = dataset_dir.verify_version(version_dir, info)
+    if problems:
+        raise dataset_dir.DatasetDirError(
+            f"version {version_dir} was built from the same config and inputs but fails verification "
+            f"({len(problems)} problems, first: {problems[0]}); not overwriting a published version"
+        )
+    latest = dataset_dir.read_latest(out_dir)
+    if latest != version:
+        latest_info = dataset_dir.load_info(files.join(out_dir, latest)) if latest else None
+        if latest_info is None or str(latest_info.get("created_utc", "")) <= str(info.get("created_utc", "")):
+            dataset_dir.publish(out_dir, version)  # the earlier attempt died between its info file and LATEST
+    shards = [{**s, "split": split} for split, e in sorted(info["splits"].items()) for s in e["shards"]]
+    return BuildSummary(
+        version=version,
+        version_dir=version_dir,
+        rows_in=info["rows_in"],
+        written=info["records"],
+        rejected=info["rejected"],
+        shards=shards,
+        seconds=time.monotonic() - started,
+        rejected_path=files.join(version_dir, REJECTED_NAME) if info["rejected"] else None,
+        reused=True,
+    )
 
 
 def _read_shard_meta(version_dir: str) -> List[Dict[str, Any]]:
-    meta_dir = os.path.join(version_dir, META_DIR)
-    out = []
-    for name in sorted(os.listdir(meta_dir)) if os.path.isdir(meta_dir) else []:
-        with open(os.path.join(meta_dir, name)) as f:
-            out.append(json.load(f))
+    out = [json.loads(files.read_bytes(p)) for p in files.glob(files.join(version_dir, META_DIR, "*.json"))]
     return sorted(out, key=lambda m: (m["split"], m["shard"]))
-
-
-def _count_lines(path: str) -> int:
-    if not os.path.exists(path):
-        return 0
-    with open(path, encoding="utf-8") as f:
-        return sum(1 for line in f if line.strip())
 
 
 def _splits_info(shards: Iterable[Dict[str, Any]]) -> Dict[str, Any]:

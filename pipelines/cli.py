@@ -8,20 +8,30 @@ on the local DirectRunner with 2 worker processes.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from typing import Callable, Dict, List, Optional
 
 EPILOG = """Beam pipeline options (e.g. --runner=FlinkRunner --flink_master=[local]) may be
 added to any command; they override the config's runner section.
-Exit status: 0 success, 1 the job found problems (validate) or failed, 2 bad usage or input."""
+A failure ends with a short block: what failed (file, byte offset or row; the job step),
+what state is left, where the log with the full tracebacks is, and the exit status.
+Exit status: 0 success, 1 the job found problems (validate) or failed, 2 bad usage or
+input (found before anything is written), 130 / 143 stopped by Ctrl-C / SIGTERM."""
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="do not print progress lines while running")
     parser.add_argument("--runner-config", metavar="YAML", help="a runner config (configs/flink.yaml ...) to run on")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show Beam's own log messages")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="also show Beam's and the workers' log messages and tracebacks here"
+    )
+    parser.add_argument(
+        "--log-file",
+        metavar="PATH",
+        help="keep the job's log here (default: a new file under $TFRECORD_IO_LOG_DIR or ~/.cache/tfrecord-io/logs, "
+        "kept only when the job fails)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,14 +126,27 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--where", metavar="FEATURE=VALUE", help="keep only records whose feature has this value")
     r.add_argument("--no-index", action="store_true", help="do not write index files")
     _common(r)
+
+    rp = sub.add_parser(
+        "report",
+        help="one self-contained HTML page showing a dataset: statistics, samples, rejected rows",
+        description=(
+            "Write one HTML file (no network, everything inline) that shows a dataset: records, bytes and shards "
+            "per split, label balance, image sizes and modes, audio durations and sample rates, text lengths, "
+            "numeric histograms, a deterministic sample grid per split and label (thumbnails, waveforms with a "
+            "player, captions), rejected rows grouped by reason, and a validation result. Statistics come from one "
+            "Beam job; the same version always gives the same page."
+        ),
+        epilog=EPILOG,
+        allow_abbrev=False,
+    )
+    rp.add_argument("paths", nargs="+", help="a dataset root (follows LATEST), a version directory, or file patterns")
+    rp.add_argument("--output", required=True, help="the HTML file to write (any Beam filesystem)")
+    rp.add_argument("--split", action="append", metavar="S", help="only this split (repeatable; default: all)")
+    rp.add_argument("--samples", type=int, default=6, metavar="N", help="samples per split, and per label for labelled data (default 6)")
+    rp.add_argument("--validation", metavar="JSON", help="a `tfrecord-io validate --report` file to show")
+    _common(rp)
     return parser
-
-
-def _quiet_beam(verbose: bool) -> None:
-    if not verbose:
-        logging.getLogger().setLevel(logging.ERROR)
-        for name in ("apache_beam", "root"):
-            logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def _runner_section(path: Optional[str]) -> Optional[dict]:
@@ -143,7 +166,8 @@ def cmd_build(args, beam_flags: List[str]) -> int:
 
     overrides = parse_overrides(args.set)
     if args.output:
-        overrides.append(("output.dir", os.path.abspath(args.output)))
+        # URLs (s3://, gs:// ...) as given: abspath would turn them into a local "s3:" directory.
+        overrides.append(("output.dir", args.output if "://" in args.output else os.path.abspath(args.output)))
     if args.version:
         overrides.append(("output.version", args.version))
     if args.num_shards:
@@ -151,7 +175,11 @@ def cmd_build(args, beam_flags: List[str]) -> int:
     cfg = load_config(args.config, overrides)
     runner_cfg = _runner_section(args.runner_config) or cfg["runner"]
     flags = beam_args(runner_cfg, beam_flags)
-    summary = run_build(cfg, PipelineOptions(flags), progress=not args.no_progress and is_local(flags))
+    # run_build names the version it claims (an `auto` name may get a suffix when taken);
+    # the failure block then says exactly what this run left there.
+    args.failure_state = BuildState(cfg["output"]["dir"])
+    summary = run_build(cfg, PipelineOptions(flags), progress=not args.no_progress and is_local(flags),
+                        on_version=args.failure_state.claimed)
     print("\n".join(summary.lines()))
     return 0
 
@@ -161,11 +189,14 @@ def cmd_index(args, beam_flags: List[str]) -> int:
     from .options import pipeline_options
     from .progress import ProgressPrinter
 
+    from .dataset_dir import use_filesystems
+
+    options = pipeline_options(_runner_section(args.runner_config), beam_flags)
+    use_filesystems(options, args.paths)  # S3 flags for the launcher; unknown scheme -> exit 2
     paths = expand_patterns(args.paths)
     if not paths:
         print(f"tfrecord-io index: no TFRecord files match {' '.join(args.paths)}", file=sys.stderr)
         return 2
-    options = pipeline_options(_runner_section(args.runner_config), beam_flags)
     with ProgressPrinter("index", enabled=not args.no_progress, rate_stage="files", total=len(paths)) as bar:
         results = run_index(paths, options, force=args.force, progress_dir=bar.dir)
     counts: Dict[str, int] = {}
@@ -200,48 +231,165 @@ def _register_optional() -> None:
         COMMANDS["reshard"] = cmd_reshard
     except ImportError:  # pragma: no cover
         pass
+    try:
+        from .report import cmd_report
+
+        COMMANDS["report"] = cmd_report
+    except ImportError:  # pragma: no cover
+        pass
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+class BuildState:
+    """What a failed build leaves, described after the build's own clean-up
+    (``run_build`` removes an unfinished version itself): where ``LATEST`` points, and
+    whether the version this run claimed is gone, unfinished or complete. Any filesystem."""
+
+    def __init__(self, out_dir: str):
+        from .dataset_dir import read_latest
+
+        self.out_dir = out_dir.rstrip("/") or "/"
+        self.version: Optional[str] = None
+        try:
+            self.latest_before = read_latest(self.out_dir)
+        except Exception:  # noqa: BLE001 - an unreachable output is reported by run_build itself
+            self.latest_before = None
+
+    def claimed(self, version: str) -> None:
+        """Called by ``run_build`` once it owns ``version``."""
+        self.version = version
+
+    def __call__(self) -> List[str]:
+        from tfrecord_io import files
+
+        from .dataset_dir import load_info, read_latest
+
+        lines = []
+        latest = read_latest(self.out_dir)
+        if latest and latest == self.latest_before:
+            lines.append(f"LATEST still points at {latest}; readers see that version, unchanged")
+        elif latest:
+            lines.append(f"LATEST points at {latest} (it was {self.latest_before or 'absent'} before this run)")
+        else:
+            lines.append(f"no LATEST in {self.out_dir}: no version of this dataset has been published")
+        if self.version is None:
+            lines.append("no version was started: nothing was written")
+            return lines
+        version_dir = files.join(self.out_dir, self.version)
+        if not files.list_prefix(version_dir):
+            lines.append(f"partial output {version_dir} removed")
+        elif load_info(version_dir) is None:
+            lines.append(f"partial output left in {version_dir} (no dataset_info.json: no reader takes it; "
+                         "a rerun with the same --version removes it)")
+        else:
+            lines.append(f"{version_dir} is complete (dataset_info.json written) but LATEST was not moved to it")
+        return lines
+
+
+def _reshard_state(args) -> Callable[[], List[str]]:
+    """A failed reshard replaced nothing (the sink renames shards into place only
+    after all were written); its temporary directory is removed."""
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    before = set(_temp_dirs(out_dir))
+
+    def state() -> List[str]:
+        import shutil
+
+        for name in set(_temp_dirs(out_dir)) - before:
+            shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
+        return [f"no shard {args.output}-* was written or replaced; temporary files removed"]
+
+    return state
+
+
+def _temp_dirs(directory: str) -> List[str]:
+    try:
+        return [n for n in os.listdir(directory) if n.startswith(".tfrecord-io-temp-")]
+    except OSError:
+        return []
+
+
+READ_ONLY_STATE = {
+    "inspect": ["nothing was written (inspect only reads)"],
+    "validate": ["nothing was written (a --report is written only when validation completes)"],
+    "index": ["indexes are written one by one, each under a temporary name then renamed: "
+              "those done are whole, the others unchanged"],
+}
+
+
+def _failure_state(args) -> List[str]:
+    state = getattr(args, "failure_state", None)
+    if state is None:
+        return list(READ_ONLY_STATE.get(args.command, ["unknown"]))
+    try:
+        return state()
+    except Exception as err:  # noqa: BLE001 - the block must still print
+        return [f"could not be determined: {err}"]
+
+
+def _usage_errors() -> tuple:
     from .config import ConfigError
     from .dataset_dir import DatasetDirError
     from .manifest import InputError
+    from .runners import RunnerSetupError
+
+    return (ConfigError, InputError, DatasetDirError, RunnerSetupError)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from .failures import (
+        EXIT_FAILED,
+        EXIT_USAGE,
+        JobLog,
+        Terminated,
+        WorkerDied,
+        failure_block,
+        format_exception,
+        root_cause,
+        stop_children,
+    )
 
     parser = build_parser()
     args, beam_flags = parser.parse_known_args(argv)
     unknown = [a for a in beam_flags if a.startswith("-") and not a.startswith("--")]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    _quiet_beam(args.verbose)
     _register_optional()
     command = COMMANDS.get(args.command)
     if command is None:
         print(f"tfrecord-io: the {args.command} command is not available in this install", file=sys.stderr)
-        return 2
-    try:
-        return command(args, beam_flags)
-    except (ConfigError, InputError, DatasetDirError) as err:
-        print(f"tfrecord-io {args.command}: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"tfrecord-io {args.command}: interrupted", file=sys.stderr)
-        return 130
-    except Exception as err:  # noqa: BLE001 - e.g. the job failed on the runner: one line, not a Java stack
-        if args.verbose:
-            raise
-        print(f"tfrecord-io {args.command}: FAILED: {_first_line(err)}", file=sys.stderr)
-        if args.command == "build":
-            print("tfrecord-io build: nothing was published: LATEST is unchanged "
-                  "(the new version's directory, if any, is incomplete)", file=sys.stderr)
-        print(f"tfrecord-io {args.command}: run with --verbose for the full error", file=sys.stderr)
-        return 1
-
-
-def _first_line(err: BaseException, limit: int = 400) -> str:
-    """The first non-empty line of an error (a failed Beam job's message carries the
-    runner's whole stack trace after it)."""
-    text = next((line.strip() for line in str(err).splitlines() if line.strip()), "") or type(err).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+        return EXIT_USAGE
+    if args.command == "reshard":
+        args.failure_state = _reshard_state(args)
+    usage_errors = _usage_errors()
+    with JobLog(args.command, args.verbose, args.log_file) as log:
+        try:
+            return command(args, beam_flags)
+        except usage_errors as err:
+            log.record(format_exception(err))
+            print(
+                failure_block(args.command, str(err), ["nothing was written"], EXIT_USAGE),
+                file=log.terminal,
+            )
+            return EXIT_USAGE
+        except (Exception, KeyboardInterrupt, Terminated, WorkerDied) as err:
+            log.keep = True
+            log.stopping = True  # worker exits from here on are ours
+            log.record(format_exception(err))
+            stop_children()  # no worker goes on writing after the state below is taken
+            if isinstance(err, WorkerDied):
+                what, where, code = str(err), None, EXIT_FAILED
+            elif isinstance(err, Terminated):
+                what, where, code = f"interrupted: {err}", None, 128 + err.signum
+            elif isinstance(err, KeyboardInterrupt):
+                what, where, code = "interrupted (Ctrl-C)", None, 130
+            else:
+                cause = root_cause(err, log.thread_errors)
+                what, where, code = cause.line, cause.where(), EXIT_FAILED
+            block = failure_block(args.command, what, _failure_state(args), code, where, log.path)
+            log.record(block)
+            if not log.verbose:
+                print(block, file=log.terminal, flush=True)
+            return code
 
 
 if __name__ == "__main__":

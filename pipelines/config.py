@@ -60,6 +60,7 @@ SCHEMA: Dict[str, Any] = {
         "compression": Field((str,), default="", choices=("", "none", "gzip", "zlib")),
         "write_index": Field((bool,), default=True),
     },
+    "report": Field((bool,), default=False, doc="write <version>/report.html (tfrecord-io report) after publishing"),
     "runner": {
         "runner": Field((str,), default="DirectRunner"),
         "options": Field((dict,), default={}),

@@ -1,16 +1,36 @@
-"""The layout of a built dataset, and the atomic steps that publish it.
+"""The write side of a built dataset's layout: claiming a version, cleaning up after a
+failed attempt, and the commit protocol that publishes it, on any Beam filesystem.
 
 ::
 
-    <out>/LATEST                      text: the name of the current version
-    <out>/<version>/dataset_info.json written last: its presence means the build completed
+    <out>/LATEST                                 the name of the current version
+    <out>/<version>/_BUILDING                    present while a run writes this version
+    <out>/<version>/dataset_info.json            written last: the version is whole
     <out>/<version>/<split>/<name>-<split>.tfrecord-00000-of-00004 (+ .index)
     <out>/<version>/rejected-00000-of-00001.jsonl
 
-A build writes into a fresh version directory; only after every shard is in place is
-``dataset_info.json`` written (to a temporary name, then renamed), and only after that
-is ``LATEST`` replaced (also by rename). A reader that follows ``LATEST`` therefore
-never sees a half-built version, and a failed run leaves the previous version current.
+Commit protocol (the same on local disk and object stores, which have no atomic
+rename and no directories):
+
+1. **Claim.** The run writes ``<version>/_BUILDING`` (run id, host, pid, heartbeat).
+   Locally it is created with ``O_EXCL`` (two runs cannot both get it); on an object
+   store the run writes it, waits, reads it back and goes on only if it still holds
+   its own run id (the other run sees a foreign id and refuses). While the run lives
+   a thread refreshes the heartbeat every 30 s.
+2. **Shards.** Each shard is complete before it is visible under its final name: a
+   temporary name then a rename on local disk; on an object store one upload, which
+   becomes visible only when it completes.
+3. **``dataset_info.json``** (features, per-shard records, bytes and SHA-256, the
+   input fingerprint) is written only after every shard is in place and the counts
+   add up (rows in = written + rejected).
+4. **``_BUILDING``** is removed, then **``LATEST``** is replaced, last.
+
+Readers (``tfrecord_io.datasets``) trust only ``LATEST`` and ``dataset_info.json``: a
+version prefix without ``dataset_info.json`` is never read. A run that fails removes
+everything it wrote under its version; a run that is killed leaves an unpublished
+prefix whose ``_BUILDING`` marker goes stale (its process is gone, or no heartbeat for
+two minutes), and the next run with the same version removes it and builds again.
+In every case ``LATEST`` stays on the previous version.
 """
 
 from __future__ import annotations
@@ -18,33 +38,59 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
+import threading
 import time
-from typing import Any, Dict, Optional
+import uuid
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from tfrecord_io import files
-from tfrecord_io.datasets import INFO_NAME, LATEST_NAME, DatasetLayoutError, load_info, read_latest  # noqa: F401
+from tfrecord_io.datasets import (  # noqa: F401 - re-exported for the jobs
+    INFO_NAME,
+    LATEST_NAME,
+    DatasetLayoutError,
+    load_info,
+    read_latest,
+    resolve_version_dir,
+)
+
+BUILDING_NAME = "_BUILDING"
+HEARTBEAT_S = 30.0
+STALE_AFTER_S = 120.0
+CLAIM_SETTLE_S = 1.0
 
 
 class DatasetDirError(ValueError):
-    """The output directory cannot take this build; the message says why."""
+    """The output cannot take this build; the message says why (a usage error, exit 2)."""
+
+
+class VersionTaken(DatasetDirError):
+    """Another live run holds this version's ``_BUILDING`` marker."""
+
+
+class _BeamLogsMuted:
+    """Beam's S3 writer logs a full traceback at ERROR before raising; the caller turns
+    the exception into one line, so the log is muted around such calls."""
+
+    def __enter__(self):
+        import logging
+
+        self._previous = logging.root.manager.disable
+        logging.disable(logging.CRITICAL)
+
+    def __exit__(self, *exc):
+        import logging
+
+        logging.disable(self._previous)
 
 
 def new_version_name(requested: str = "auto") -> str:
     """``auto`` -> a UTC timestamp such as ``20261130T081500Z`` (sortable)."""
     if requested and requested != "auto":
-        if "/" in requested or requested.startswith("."):
+        if "/" in requested or requested.startswith((".", "_")):
             raise DatasetDirError(f"output.version {requested!r}: must be a plain directory name")
         return requested
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def resolve_dataset_dir(path: str) -> str:
@@ -54,17 +100,42 @@ def resolve_dataset_dir(path: str) -> str:
     return files.join(path, latest) if latest else path
 
 
-def check_output_dir(out_dir: str, name: str, feature_spec: Dict[str, Any], version: str) -> None:
-    """Refuse to build into a directory that holds another dataset or this version.
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
 
-    Another dataset: the current version's ``dataset_info.json`` has a different name or
-    feature spec. A version directory that already exists is never overwritten.
-    """
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise DatasetDirError(f"output {out_dir} exists and is not a directory")
-    latest = read_latest(out_dir) if os.path.isdir(out_dir) else None
+
+def check_reachable(out_dir: str) -> None:
+    """Fail with one line if ``out_dir`` is on no filesystem we can open, or cannot be
+    listed (missing bucket, wrong credentials, no network) - before anything is written."""
+    try:
+        files.check_filesystem(out_dir)
+    except ValueError as err:
+        raise DatasetDirError(f"output {err}") from None
+    if not files.is_remote(out_dir):
+        if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+            raise DatasetDirError(f"output {out_dir} exists and is not a directory")
+        return
+    try:
+        with _BeamLogsMuted():
+            files.glob(out_dir.rstrip("/") + "/*")
+    except Exception as err:  # noqa: BLE001 - any listing failure means "cannot use this output"
+        raise DatasetDirError(f"output {out_dir}: cannot list it ({_first_line(err)})") from None
+
+
+def _version_files(version_dir: str) -> List[str]:
+    try:
+        return files.list_prefix(version_dir)
+    except Exception:  # noqa: BLE001 - nothing listable means nothing there
+        return []
+
+
+def check_output_dir(out_dir: str, name: str, feature_spec: Dict[str, Any]) -> None:
+    """Refuse to build into an output that holds another dataset (another name or other
+    features in the current version), or loose TFRecord files that are not a dataset."""
+    latest = read_latest(out_dir)
     if latest:
-        info = load_info(os.path.join(out_dir, latest))
+        info = load_info(files.join(out_dir, latest))
         if info is not None:
             if info.get("name") != name:
                 raise DatasetDirError(
@@ -75,17 +146,154 @@ def check_output_dir(out_dir: str, name: str, feature_spec: Dict[str, Any], vers
                     f"output {out_dir} holds a {name!r} dataset with different features; "
                     "choose another output directory (or a new dataset name)"
                 )
-    elif os.path.isdir(out_dir) and any(
-        n.endswith((".tfrecord", ".index")) or ".tfrecord-" in n for n in os.listdir(out_dir)
-    ):
+        return
+    try:
+        top = files.glob(out_dir.rstrip("/") + "/*")
+    except Exception:  # noqa: BLE001
+        top = []
+    if any(p.endswith((".tfrecord", ".index")) or ".tfrecord-" in os.path.basename(p) for p in top):
         raise DatasetDirError(f"output {out_dir} already holds TFRecord files that are not a versioned dataset")
-    if os.path.exists(os.path.join(out_dir, version)):
-        raise DatasetDirError(f"version directory {os.path.join(out_dir, version)} already exists")
+
+
+class BuildClaim:
+    """This run's ``_BUILDING`` marker on a version, with its heartbeat thread."""
+
+    def __init__(self, version_dir: str):
+        self.version_dir = version_dir
+        self.path = files.join(version_dir, BUILDING_NAME)
+        self.run_id = uuid.uuid4().hex
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def _body(self) -> bytes:
+        return json.dumps(
+            {"run_id": self.run_id, "host": socket.gethostname(), "pid": os.getpid(), "heartbeat": time.time()}
+        ).encode("utf-8")
+
+    def acquire(self) -> None:
+        """Create the marker, or raise :class:`DatasetDirError` if another run holds it."""
+        try:
+            if files.is_remote(self.path):
+                with _BeamLogsMuted():
+                    files.write_bytes(self.path, self._body())
+                time.sleep(CLAIM_SETTLE_S)
+                holder = read_marker(self.version_dir)
+                if not holder or holder.get("run_id") != self.run_id:
+                    raise VersionTaken(f"version {self.version_dir} is being built by another run ({_describe(holder)})")
+            else:
+                os.makedirs(self.version_dir, exist_ok=True)
+                try:
+                    fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                except FileExistsError:
+                    raise VersionTaken(
+                        f"version {self.version_dir} is being built by another run ({_describe(read_marker(self.version_dir))})"
+                    ) from None
+                with os.fdopen(fd, "wb") as f:
+                    f.write(self._body())
+        except DatasetDirError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the first write: cannot write here at all
+            raise DatasetDirError(f"output {self.version_dir}: cannot write ({_first_line(err)})") from None
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="build-heartbeat")
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                files.write_bytes(self.path, self._body())
+            except Exception:  # noqa: BLE001 - a missed beat only makes the claim look older
+                pass
+
+    def release(self) -> None:
+        """Stop the heartbeat and remove the marker."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        files.delete([self.path])
+
+
+def read_marker(version_dir: str) -> Optional[Dict[str, Any]]:
+    path = files.join(version_dir, BUILDING_NAME)
+    try:
+        if not files.exists(path):
+            return None
+        return json.loads(files.read_bytes(path).decode("utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _describe(marker: Optional[Dict[str, Any]]) -> str:
+    if not marker:
+        return "no readable marker"
+    age = time.time() - float(marker.get("heartbeat", 0))
+    return f"run {marker.get('run_id', '?')[:8]} on {marker.get('host', '?')} pid {marker.get('pid', '?')}, heartbeat {age:.0f}s ago"
+
+
+def marker_is_live(marker: Optional[Dict[str, Any]]) -> bool:
+    """True while the run that wrote the marker may still be writing.
+
+    Dead when its process is gone (same host) or it has not beaten for STALE_AFTER_S.
+    """
+    if not marker:
+        return False
+    if time.time() - float(marker.get("heartbeat", 0)) > STALE_AFTER_S:
+        return False
+    if marker.get("host") == socket.gethostname():
+        try:
+            os.kill(int(marker.get("pid", -1)), 0)
+        except ProcessLookupError:
+            return False
+        except (PermissionError, ValueError, OverflowError):
+            return True
+    return True
+
+
+def remove_version(version_dir: str) -> None:
+    """Delete everything under an unpublished version (never call on a published one)."""
+    files.delete_prefix(version_dir)
+
+
+def prepare_version(out_dir: str, version: str, fingerprint: str, auto: bool, log=print) -> Dict[str, Any]:
+    """Decide what this run does with ``version``.
+
+    Returns ``{"state": "new", "version": v}`` (build it; an unfinished earlier attempt
+    has been removed) or ``{"state": "published", "version": v, "info": info}`` (the
+    same config and inputs were already built into it: verify, do not rewrite).
+    Raises :class:`DatasetDirError` when the version holds a different build or is
+    being built right now by another run. With ``auto`` a taken name gets a suffix.
+    """
+    candidate = version
+    for attempt in range(1, 100):
+        version_dir = files.join(out_dir, candidate)
+        info = load_info(version_dir)
+        if info is not None:
+            if auto:
+                candidate = f"{version}-{attempt}"
+                continue
+            if info.get("fingerprint") == fingerprint:
+                return {"state": "published", "version": candidate, "info": info}
+            raise DatasetDirError(
+                f"version {version_dir} already holds a build of a different config or inputs "
+                f"(fingerprint {str(info.get('fingerprint'))[:12]}, this run {fingerprint[:12]}); choose another --version"
+            )
+        existing = _version_files(version_dir)
+        if existing:
+            marker = read_marker(version_dir)
+            if marker_is_live(marker) or auto:
+                if auto:
+                    candidate = f"{version}-{attempt}"
+                    continue
+                raise VersionTaken(f"version {version_dir} is being built by another run ({_describe(marker)})")
+            log(f"removing the unfinished earlier attempt at {version_dir} ({len(existing)} objects, {_describe(marker)})")
+            remove_version(version_dir)
+        return {"state": "new", "version": candidate}
+    raise DatasetDirError(f"no free version name near {version!r} under {out_dir}")
 
 
 def sha256_file(path: str, chunk: int = 1 << 22) -> str:
+    """SHA-256 of a stored file (local or any Beam filesystem)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with files.open_raw(path, "rb") as f:
         while True:
             block = f.read(chunk)
             if not block:
@@ -94,15 +302,74 @@ def sha256_file(path: str, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
+def verify_version(version_dir: str, info: Dict[str, Any]) -> List[str]:
+    """Problems with a published version (missing shard, size or SHA-256 mismatch)."""
+    problems = []
+    for split, entry in sorted(info.get("splits", {}).items()):
+        for shard in entry.get("shards", []):
+            path = files.join(version_dir, shard["path"])
+            try:
+                size = files.file_size(path)
+            except (FileNotFoundError, OSError):
+                problems.append(f"{path}: missing")
+                continue
+            if size != shard["bytes"]:
+                problems.append(f"{path}: {size} bytes, dataset_info.json says {shard['bytes']}")
+            elif sha256_file(path) != shard["sha256"]:
+                problems.append(f"{path}: SHA-256 differs from dataset_info.json")
+    return problems
+
+
 def write_info(version_dir: str, info: Dict[str, Any]) -> str:
-    """Write ``dataset_info.json`` atomically; call only when every shard is in place."""
-    path = os.path.join(version_dir, INFO_NAME)
-    _atomic_write(path, (json.dumps(info, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    """Write ``dataset_info.json`` whole; call only when every shard is in place."""
+    path = files.join(version_dir, INFO_NAME)
+    files.write_bytes(path, (json.dumps(info, indent=2, sort_keys=True) + "\n").encode("utf-8"))
     return path
 
 
 def publish(out_dir: str, version: str) -> None:
-    """Point ``LATEST`` at ``version`` (atomic rename), after its info file landed."""
-    if load_info(os.path.join(out_dir, version)) is None:
+    """Point ``LATEST`` at ``version``, after its info file landed (the last step)."""
+    if load_info(files.join(out_dir, version)) is None:
         raise DatasetDirError(f"refusing to publish {version}: it has no {INFO_NAME}")
-    _atomic_write(os.path.join(out_dir, LATEST_NAME), (version + "\n").encode("utf-8"))
+    files.write_bytes(files.join(out_dir, LATEST_NAME), (version + "\n").encode("utf-8"))
+
+
+def use_filesystems(options, paths: Iterable[str] = ()) -> None:
+    """Give Beam's FileSystems this job's options in the launching process (an S3
+    endpoint and credentials from ``--s3_*`` flags...), and refuse, as a usage error,
+    any path no filesystem here can open - before anything is read or written."""
+    from apache_beam.io.filesystems import FileSystems
+
+    FileSystems.set_options(options)
+    for path in paths:
+        try:
+            files.check_filesystem(path)
+        except ValueError as err:
+            raise DatasetDirError(str(err)) from None
+
+
+def _is_pattern(path: str) -> bool:
+    return any(c in path for c in "*?[")
+
+
+def find_dataset(paths: List[str]) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
+    """``(version_dir, info)`` when ``paths`` is one dataset root (following ``LATEST``)
+    or one version directory, on any filesystem; else ``(None, None)``."""
+    if len(paths) != 1 or _is_pattern(paths[0]):
+        return None, None
+    try:
+        version_dir = resolve_version_dir(paths[0])
+    except DatasetLayoutError:
+        return None, None
+    except Exception as err:  # noqa: BLE001 - unreachable bucket, no permission ...
+        raise DatasetDirError(f"{paths[0]}: cannot read it ({_first_line(err)})") from None
+    return version_dir, load_info(version_dir)
+
+
+def dataset_shards(version_dir: str, info: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The shards ``dataset_info.json`` lists, each with its split and full path (``abspath``)."""
+    out = []
+    for split, entry in sorted(info.get("splits", {}).items()):
+        for shard in entry.get("shards", []):
+            out.append({**shard, "split": split, "abspath": files.join(version_dir, shard["path"])})
+    return out

@@ -1,5 +1,6 @@
 """The demo job: make a small multimodal media set locally, build a dataset from it on
-the local runner with 2 workers, validate the result, and show one decoded record.
+the local runner with 2 workers (with its HTML report), validate the result, and show
+one decoded record.
 
     python -m pipelines.demo [--out DIR] [--rows N]
 """
@@ -46,7 +47,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     root = os.path.abspath(args.out)
     print(f"1/3 generating {args.rows} images, audio clips and captions (+1 broken image) in {root}")
     config_path = make_demo_media(root, args.rows)
-    cfg = load_config(config_path)
+    cfg = load_config(config_path, [("report", True)])  # and <version>/report.html (tfrecord-io report)
     flags = beam_args(cfg["runner"], beam_flags)
     print(f"2/3 building the dataset on the local runner ({' '.join(flags)})")
     summary = run_build(cfg, PipelineOptions(flags))

@@ -179,6 +179,9 @@ def resolve_inputs(paths: List[str]) -> List[str]:
 def run_inspect(paths: List[str], options, head: int = 3, progress: bool = True) -> Dict[str, Any]:
     import tfrecord_io
 
+    from . import dataset_dir
+
+    dataset_dir.use_filesystems(options, paths)
     files_ = resolve_inputs(paths)
     if not files_:
         raise FileNotFoundError(f"no TFRecord files match {' '.join(paths)}")

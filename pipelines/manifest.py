@@ -79,7 +79,10 @@ def resolve_paths(rows: Iterable[Dict[str, Any]], columns: Iterable[str], base_d
         for col in columns:
             value = row.get(col)
             if isinstance(value, str) and value and "://" not in value and not os.path.isabs(value):
-                row[col] = os.path.normpath(os.path.join(base_dir, value))
+                if files.is_remote(base_dir):  # a manifest in a bucket: paths relative to its prefix
+                    row[col] = files.join(base_dir, value)
+                else:
+                    row[col] = os.path.normpath(os.path.join(base_dir, value))
 
 
 def read_directory(root: str, pattern: str = "*", path_column: str = "path", label_column: str = "label") -> List[Dict[str, Any]]:
@@ -120,7 +123,8 @@ def load_rows(input_cfg: Dict[str, Any], media_columns: Iterable[str], needed: I
     if input_cfg.get("manifest"):
         path = input_cfg["manifest"]
         rows = read_manifest(path, input_cfg.get("format", "auto"))
-        resolve_paths(rows, media_columns, os.path.dirname(path))
+        base = path.rsplit("/", 1)[0] if files.is_remote(path) else os.path.dirname(path)
+        resolve_paths(rows, media_columns, base)
         check_columns(rows, needed, f"manifest {path}")
         return rows
     rows = read_directory(

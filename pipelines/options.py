@@ -45,10 +45,9 @@ def beam_args(runner_cfg: Optional[Mapping[str, Any]], passthrough: Sequence[str
     if quiet:
         merged = {**QUIET, **merged}
     passed = {a.split("=", 1)[0].lstrip("-") for a in passthrough if a.startswith("--")}
-    if "runner" in passed:
-        merged = {k: v for k, v in merged.items() if not k.startswith("direct_")} if not any(
-            a.lower().startswith("--runner=directrunner") for a in passthrough
-        ) else merged
+    if "runner" in passed and runner_name(passthrough).rsplit(".", 1)[-1].lower() != "directrunner":
+        # another runner on the command line: the direct runner's defaults do not apply
+        merged = {k: v for k, v in merged.items() if not k.startswith("direct_")}
     args: List[str] = []
     for name, value in merged.items():
         if name not in passed:
@@ -66,15 +65,23 @@ def pipeline_options(runner_cfg: Optional[Mapping[str, Any]], passthrough: Seque
 
 
 def runner_name(args: Sequence[str]) -> str:
-    for a in reversed(list(args)):
-        if a.startswith("--runner="):
-            return a.split("=", 1)[1]
-    return "DirectRunner"
+    """The runner ``args`` choose, parsed the way Beam parses them (``--runner=X`` and
+    ``--runner X``; the last one wins), ``DirectRunner`` when none is named.
+
+    The one place that reads the runner from flags: progress (``is_local``) and the
+    runner binaries (``runners.add_runner_binaries``) both ask here.
+    """
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+    runner = PipelineOptions(list(args)).view_as(StandardOptions).runner
+    return str(runner) if runner else "DirectRunner"
 
 
 def is_local(args: Sequence[str]) -> bool:
-    name = runner_name(args).lower()
-    return name in LOCAL_RUNNERS or name + "runner" in LOCAL_RUNNERS or "fn_api_runner" in name
+    """Does this run on this machine's DirectRunner (or Prism), where the progress
+    files of the workers are seen?"""
+    name = runner_name(args).rsplit(".", 1)[-1].lower()
+    return name in LOCAL_RUNNERS or name + "runner" in LOCAL_RUNNERS or name == "fn_api_runner"
 
 
 _ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -81,12 +81,14 @@ class ProgressPrinter:
     """Context manager: a temporary progress directory and a thread that prints
     ``label: stage N (rate/s) | ...`` lines while the block runs."""
 
-    def __init__(self, label: str, enabled: bool = True, interval: float = 2.0, stream: TextIO = sys.stderr,
+    def __init__(self, label: str, enabled: bool = True, interval: float = 2.0, stream: Optional[TextIO] = None,
                  rate_stage: Optional[str] = None, total: Optional[int] = None):
         self.label = label
         self.enabled = enabled
         self.interval = interval
-        self.stream = stream
+        # sys.stderr as it is now: during a CLI command that is the terminal, while file
+        # descriptor 2 goes to the job's log (see pipelines.failures.JobLog)
+        self.stream = stream if stream is not None else sys.stderr
         self.rate_stage = rate_stage
         self.total = total
         self.dir: Optional[str] = None

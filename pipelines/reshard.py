@@ -55,6 +55,9 @@ def run_reshard(paths: List[str], output: str, options, num_shards: int = 0, com
                 where: Optional[Tuple[str, str]] = None, write_index: bool = True, progress: bool = True) -> Dict[str, Any]:
     import tfrecord_io
 
+    from . import dataset_dir
+
+    dataset_dir.use_filesystems(options, [*paths, output])
     inputs = resolve_inputs(paths)
     if not inputs:
         raise FileNotFoundError(f"no TFRecord files match {' '.join(paths)}")

@@ -60,13 +60,10 @@ def add_runner_binaries(flags: Sequence[str]) -> List[str]:
     Raises RunnerSetupError (naming scripts/fetch-runners) when the cache lacks it:
     left alone, Beam would try to download a jar or binary this network does not serve.
     """
+    from .options import runner_name
+
     flags = list(flags)
-    runner = ""
-    for i, flag in enumerate(flags):  # the last --runner wins, as in Beam's parser
-        if flag.startswith("--runner="):
-            runner = flag.split("=", 1)[1]
-        elif flag == "--runner" and i + 1 < len(flags):
-            runner = flags[i + 1]
+    runner = runner_name(flags)
     key = runner.rsplit(".", 1)[-1].lower()  # also apache_beam....flink_runner.FlinkRunner
     if key not in _CACHED:
         return flags

@@ -5,8 +5,13 @@ schedulers that pass pipeline options that way (Airflow's Beam operators):
         --version=20261130T020000 --runner=FlinkRunner --flink_master=host:8081
 
 ``--config`` and ``--version`` (and ``--output``) are ours; every other flag goes to
-Beam. A retried task with the same ``--version`` is refused rather than mixed into
-the earlier attempt's directory (pick a new version, or delete the failed one).
+Beam (``--s3_endpoint_url=...`` and the other S3 flags included).
+
+Retries (schedulers rerun a failed task with the same ``--version``): after a failed
+or killed attempt the build removes its leftovers and builds again; after a
+successful one with the same config and inputs (fingerprint in ``dataset_info.json``)
+it verifies the published shards and exits 0 without rewriting; a different config
+or input under the same version is refused (exit 2). See ``pipelines/build.py``.
 """
 
 from __future__ import annotations

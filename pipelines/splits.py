@@ -9,7 +9,8 @@ same on every machine, Python version and runner, independent of input order.
 from __future__ import annotations
 
 import hashlib
-from typing import Dict, List, Sequence, Tuple
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
 
 
 def _hash64(*parts: str) -> int:
@@ -45,3 +46,11 @@ def shuffle_key(key: str, seed: int = 0) -> int:
 def assign_shard(key: str, num_shards: int, seed: int = 0) -> int:
     """Shard of a row within its split."""
     return _hash64(str(seed), "shard", key) % num_shards
+
+
+def shard_counts(bytes_by_split: Dict[str, int], num_shards: Optional[int], target_shard_bytes: int) -> Dict[str, int]:
+    """Shards per split: ``num_shards`` for every split, else enough shards of about
+    ``target_shard_bytes`` for the split's estimated bytes (at least one)."""
+    if num_shards:
+        return {s: int(num_shards) for s in bytes_by_split}
+    return {s: max(1, math.ceil(size / target_shard_bytes)) for s, size in bytes_by_split.items()}

@@ -11,10 +11,11 @@ status is 1 when there is any.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Dict, List, Optional, Tuple
 
 import apache_beam as beam
+
+from tfrecord_io import files
 
 from . import dataset_dir
 from .collect import ResultDir
@@ -23,56 +24,50 @@ from .progress import CountProgress, ProgressPrinter
 
 
 def dataset_target(paths: List[str]) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
-    """``(version_dir, info)`` when ``paths`` names one built dataset, else ``(None, None)``."""
-    if len(paths) != 1 or not os.path.isdir(paths[0]):
-        return None, None
-    version_dir = dataset_dir.resolve_dataset_dir(paths[0])
-    info = dataset_dir.load_info(version_dir)
+    """``(version_dir, info)`` when ``paths`` names one built dataset (its root, following
+    ``LATEST``, or a version directory; local or any Beam filesystem), else ``(None, None)``."""
+    version_dir, info = dataset_dir.find_dataset(paths)
     return (version_dir, info) if info is not None else (None, None)
 
 
 def _shards(version_dir: str, info: Dict[str, Any]) -> List[Dict[str, Any]]:
-    out = []
-    for split, entry in sorted(info.get("splits", {}).items()):
-        for shard in entry.get("shards", []):
-            out.append({**shard, "split": split, "abspath": os.path.join(version_dir, shard["path"])})
-    return out
+    return dataset_dir.dataset_shards(version_dir, info)
 
 
 def _unlisted_files(version_dir: str, listed: List[str]) -> List[str]:
     known = set(listed)
     extra = []
-    for root, _, names in os.walk(version_dir):
-        for name in names:
-            full = os.path.join(root, name)
-            if ".tfrecord" in name and not name.endswith(".index") and full not in known:
-                extra.append(full)
+    for full in files.list_prefix(version_dir):
+        name = full.rsplit("/", 1)[-1]
+        if ".tfrecord" in name and not name.endswith(".index") and full not in known:
+            extra.append(full)
     return sorted(extra)
 
 
 def _checksum(path: str) -> Dict[str, Any]:
     try:
         return {"path": path, "sha256": dataset_dir.sha256_file(path)}
-    except OSError as err:
-        return {"path": path, "sha256": None, "error": err.strerror}
+    except Exception as err:  # noqa: BLE001 - reported as a problem of this file
+        return {"path": path, "sha256": None, "error": getattr(err, "strerror", None) or str(err).splitlines()[0]}
 
 
 def run_validate(paths: List[str], options, checksums: bool = True, progress: bool = True) -> Dict[str, Any]:
     """Run the validation pipeline and compare with ``dataset_info.json``; the report."""
     from transforms.validate import ValidateTFRecords
 
+    dataset_dir.use_filesystems(options, paths)
     version_dir, info = dataset_target(paths)
     shards: List[Dict[str, Any]] = []
     spec = None
     if info is not None:
         shards = _shards(version_dir, info)
-        patterns = [s["abspath"] for s in shards if os.path.exists(s["abspath"])]
+        patterns = [s["abspath"] for s in shards if files.exists(s["abspath"])]
         spec = list(info.get("features", {}).values()) or None
     else:
         patterns = list(paths)
     problems: List[Dict[str, Any]] = []
     for s in shards:
-        if not os.path.exists(s["abspath"]):
+        if not files.exists(s["abspath"]):
             problems.append({"path": s["abspath"], "offset": None, "kind": "missing", "reason": "shard listed in dataset_info.json is missing"})
     report: Dict[str, Any] = {}
     sums: Dict[str, Optional[str]] = {}
@@ -101,7 +96,7 @@ def run_validate(paths: List[str], options, checksums: bool = True, progress: bo
         counts = report.get("records_per_file", {})
         for s in shards:
             path = s["abspath"]
-            if not os.path.exists(path):
+            if not files.exists(path):
                 continue
             if counts.get(path, 0) != s["records"]:
                 problems.append({"path": path, "offset": None, "kind": "count",

@@ -4,20 +4,21 @@ separate processes by ``scripts/cluster`` (one cluster per engine for the module
 ``scripts/cluster down`` at the end).
 
 Data on S3: versitygw (``s3_server``/``s3_bucket`` from tests/s3support.py); its flags
-reach the SDK workers as pipeline options through the runner's provision service.
+reach the SDK workers as pipeline options through the runner's provision service. The
+outputs are compared through the files versitygw keeps behind the objects.
 
 What is asserted (never timings):
-- a build on the cluster gives the same shards, byte for byte, as the same build on the
-  DirectRunner (written to a local folder all processes share: the build's own
-  writes are not on S3 on this branch); validate on the cluster of those shards on S3
-  gives the same per-file counts as on the DirectRunner; reshard on the cluster, S3 to
-  S3, puts the same records in each shard as on the DirectRunner;
+- a build to s3:// on the cluster gives the same shards, byte for byte, as the same
+  build on the DirectRunner; validate on the cluster of those shards gives the same
+  per-file counts as on the DirectRunner; reshard on the cluster, S3 to S3, puts the
+  same records in each shard as on the DirectRunner;
 - one file on S3 read as several byte ranges: every record exactly once, read in SDK
   workers of *both* worker pools (their parent pids are the two pools `up` started),
   the same (offset, record) pairs as on the DirectRunner;
 - faults while a build runs (each on a freshly started cluster), per engine as found:
   see ``FAULT_OUTCOMES``. Recovered: the new version is published and byte-identical.
-  Failed: the build raises one error and ``LATEST`` still names the previous version.
+  Failed: ``tfrecord-io build`` ends with its one failure block (no stack traces) and
+  ``LATEST`` still names the previous version, untouched.
 
 Run: ``python -m pytest -m cluster tests/test_cluster.py`` (after scripts/fetch-runners).
 """
@@ -27,7 +28,6 @@ from __future__ import annotations
 import filecmp
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -200,20 +200,16 @@ def records_by_file(paths: List[str], root: str) -> Dict[str, Counter]:
     return {os.path.relpath(p, root): Counter(bytes(r) for _, r in read_records(p)) for p in paths}
 
 
-def test_build_validate_reshard_on_the_cluster_equal_the_direct_runner(cluster, s3_server, s3_bucket, demo_config, direct_build, tmp_path):
-    # The build writes its version directory with local file operations on this branch
-    # (a build into s3:// is the object-storage issue's): it goes to a local folder all
-    # the cluster's processes share. Validate and reshard then run on S3.
-    out = str(tmp_path / "dataset")
-    cfg = load_config(demo_config, [("output.dir", out), ("output.version", "v1")])
-    summary = run_build(cfg, cluster.options(), progress=False)
-    assert summary.written > 0 and summary.rejected == 1  # the demo's truncated JPEG
-    assert_same_build(os.path.join(out, "v1"), os.path.join(direct_build, "v1"))
-
-    upload_tree(s3_server, out, f"{s3_bucket}/dataset")
-    shards = f"{s3_bucket}/dataset/v1/*/*.tfrecord-?????-of-?????"  # not the .index files
+def test_build_validate_reshard_on_the_cluster_equal_the_direct_runner(cluster, s3_server, s3_bucket, demo_config, direct_build):
     options = cluster.options(s3_server)
-    FileSystems.set_options(options)  # the launcher lists s3:// patterns before the job starts
+    out = f"{s3_bucket}/dataset"
+    cfg = load_config(demo_config, [("output.dir", out), ("output.version", "v1")])
+    summary = run_build(cfg, options, progress=False)
+    assert summary.written > 0 and summary.rejected == 1  # the demo's truncated JPEG
+    # versitygw keeps each object as a file: compare the bytes behind s3://.../v1/...
+    assert_same_build(s3_server.object_path(f"{out}/v1"), os.path.join(direct_build, "v1"))
+
+    shards = f"{out}/v1/*/*.tfrecord-?????-of-?????"  # not the .index files
     report = run_validate([shards], options, progress=False)
     reference = run_validate([shards], direct_options(s3_server), progress=False)
     assert report["ok"], report["problems"]
@@ -318,14 +314,16 @@ def _kill(cluster: RunningCluster, target: str) -> str:
 
 
 @pytest.mark.parametrize("target", ["taskmanager", "pool"])
-def test_a_worker_killed_during_a_build(cluster, target, demo_config, direct_build, tmp_path):
+def test_a_worker_killed_during_a_build(cluster, target, s3_server, s3_bucket, demo_config, direct_build):
     """`tfrecord-io build` on the cluster (the CLI, as a user runs it); worker 2's
     TaskManager / Spark worker, or its worker pool, is killed midway."""
     cluster.restart()  # a fresh cluster: the previous fault test left one damaged
-    out = str(tmp_path / "dataset")
-    shutil.copytree(direct_build, out)  # v1 is current
+    out = f"{s3_bucket}/dataset"
+    upload_tree(s3_server, direct_build, out)  # v1 is current
+    local_out = s3_server.object_path(out)  # the files behind the objects
     command = [sys.executable, "-m", "pipelines", "build", demo_config, "--output", out, "--version", "v2",
-               "--runner-config", os.path.join(REPO, "configs", f"{cluster.engine}-cluster.yaml"), "--no-progress"]
+               "--runner-config", os.path.join(REPO, "configs", f"{cluster.engine}-cluster.yaml"), "--no-progress",
+               *s3_server.pipeline_args()]
     build = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # Midway: once an SDK worker of worker 2's pool is connected to the engine. (Killing
@@ -350,14 +348,14 @@ def test_a_worker_killed_during_a_build(cluster, target, demo_config, direct_bui
     print(f"{cluster.engine}, {killed} killed: exit {build.returncode}\n{stdout}\n{stderr}")
     if expected == "recovers":
         assert build.returncode == 0, f"{cluster.engine} did not recover from killing {killed}: {stderr}"
-        assert dataset_dir.read_latest(out) == "v2"
-        assert_same_build(os.path.join(out, "v2"), os.path.join(direct_build, "v1"))
+        assert dataset_dir.read_latest(local_out) == "v2"
+        assert_same_build(os.path.join(local_out, "v2"), os.path.join(direct_build, "v1"))
     else:
         assert build.returncode == 1, f"{cluster.engine}: the build did not fail although {killed} was killed: {stderr}"
         assert "Traceback" not in stderr and "\tat " not in stderr, stderr  # one message, no stacks
-        assert "FAILED:" in stderr and "LATEST is unchanged" in stderr, stderr
-        assert dataset_dir.read_latest(out) == "v1"
-        assert not os.path.exists(os.path.join(out, "v2", "dataset_info.json"))
+        assert "tfrecord-io build failed:" in stderr and "LATEST still points at v1" in stderr, stderr
+        assert dataset_dir.read_latest(local_out) == "v1"
+        assert not os.path.exists(os.path.join(local_out, "v2", "dataset_info.json"))
         v1_files = [*version_files(os.path.join(direct_build, "v1")), "dataset_info.json"]
-        _, differing, unreadable = filecmp.cmpfiles(os.path.join(out, "v1"), os.path.join(direct_build, "v1"), v1_files, shallow=False)
+        _, differing, unreadable = filecmp.cmpfiles(os.path.join(local_out, "v1"), os.path.join(direct_build, "v1"), v1_files, shallow=False)
         assert (differing, unreadable) == ([], []), "the previous version was changed"

@@ -164,14 +164,31 @@ def test_killed_build_leaves_previous_version_current(media, tmp_path):
 
 
 def test_target_shard_size_derives_shard_count(media, tmp_path):
+    """The shard count of a split comes from its estimated bytes (the stored size of
+    each row's media files plus its other values), fixed before any encoding."""
+    import math
+
+    from pipelines import splits
+    from pipelines.encoders_config import media_columns
+    from pipelines.manifest import load_rows, row_key
+
     root, config = media
     cfg = load_config(config, [("output.dir", str(tmp_path / "o")), ("output.version", "v1"),
                                ("sharding", {"target_shard_bytes": "100KB"})])
+    sources = {n: s.get("column") or n for n, s in cfg["columns"].items()}
+    media_cols = [sources[c] for c in media_columns(cfg["columns"])]
+    rows = load_rows(cfg["input"], media_cols, sorted(set(sources.values())))
+    cutoffs = splits.split_cutoffs({k: v for k, v in cfg["splits"].items() if v > 0})
+    expected_bytes = {}
+    for row in rows:
+        split = splits.assign_split(row_key(row, cfg.get("key")), cutoffs, cfg["seed"])
+        size = sum(os.path.getsize(row[c]) if c in media_cols else len(str(row[c])) for c in row if c != "_row")
+        expected_bytes[split] = expected_bytes.get(split, 0) + size
     summary = run_build(cfg, options(), progress=False)
     by_split = {}
     for s in summary.shards:
         by_split.setdefault(s["split"], []).append(s)
-    for split, shards in by_split.items():
-        payload = sum(s["bytes"] - 16 * s["records"] for s in shards)  # shard count comes from Example bytes
-        assert len(shards) == max(1, -(-payload // 100_000))
+    assert {split: len(v) for split, v in by_split.items()} == {
+        split: max(1, math.ceil(b / 100_000)) for split, b in expected_bytes.items()
+    }
     assert sum(len(v) for v in by_split.values()) > 3

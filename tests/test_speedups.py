@@ -129,8 +129,11 @@ def test_scan_frames_c_equals_python(buf, data):
     pos = data.draw(st.integers(0, len(buf) + 2))
     stop = data.draw(st.one_of(st.just(1 << 62), st.integers(-5, len(buf) + 5)))
     check = data.draw(st.booleans())
+    max_len = data.draw(st.one_of(st.none(), st.integers(-1, 64)))  # max_record_bytes
     out_c, out_py = [], []
-    assert S.scan_frames(buf, pos, stop, check, out_c) == framing._scan_frames_py(buf, pos, stop, check, out_py)
+    assert S.scan_frames(buf, pos, stop, check, out_c, max_len) == framing._scan_frames_py(
+        buf, pos, stop, check, out_py, max_len
+    )
     assert out_c == out_py
 
 
@@ -141,15 +144,16 @@ def test_record_scanner_yields_what_scan_frames_finds(buf, data):
     stop = data.draw(st.one_of(st.just(1 << 62), st.integers(0, len(buf) + 5)))
     check = data.draw(st.booleans())
     base = data.draw(st.integers(0, 1 << 40))
+    max_len = data.draw(st.one_of(st.none(), st.integers(0, 64)))  # max_record_bytes
     out = []
-    expected = framing._scan_frames_py(buf, pos, stop, check, out)
-    it = S.RecordScanner(buf, memoryview(buf), base, pos, stop, check)
+    expected = framing._scan_frames_py(buf, pos, stop, check, out, max_len)
+    it = S.RecordScanner(buf, memoryview(buf), base, pos, stop, check, max_len=max_len)
     got = list(it)
     assert (it.pos, it.status) == expected
     pairs = list(zip(out[0::2], out[1::2]))
     assert [off for off, _ in got] == [base + start - 12 for start, _ in pairs]
     assert [bytes(v) for _, v in got] == [buf[s : s + n] for s, n in pairs]
-    views_only = list(S.RecordScanner(buf, memoryview(buf), base, pos, stop, check, True))
+    views_only = list(S.RecordScanner(buf, memoryview(buf), base, pos, stop, check, True, max_len))
     assert [bytes(v) for v in views_only] == [bytes(v) for _, v in got]
 
 

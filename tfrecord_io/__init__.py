@@ -28,6 +28,7 @@ from .errors import (
     ExampleCodecError,
     IndexFileError,
     TFRecordError,
+    RecordTooLargeError,
     TruncatedRecordError,
 )
 from .dataset_reader import DatasetSelection, iter_dataset, select_dataset
@@ -71,6 +72,7 @@ __all__ = [
     "RecordWriter",
     "TFRecordError",
     "TFRecordWriter",
+    "RecordTooLargeError",
     "TruncatedRecordError",
     "build_example",
     "build_index",

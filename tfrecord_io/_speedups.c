@@ -344,7 +344,7 @@ static PyObject *py_crc_impl(PyObject *self, PyObject *arg) {
 
 /* --------------------------------------------------------------------- framing */
 
-enum { NEED_MORE = 0, STOPPED = 1, BAD_LENGTH_CRC = 2, BAD_DATA_CRC = 3 };
+enum { NEED_MORE = 0, STOPPED = 1, BAD_LENGTH_CRC = 2, BAD_DATA_CRC = 3, TOO_LARGE = 4 };
 
 static int as_offset(PyObject *obj, long long *out, const char *what) {
     int overflow = 0;
@@ -365,14 +365,19 @@ static int append_int(PyObject *list, long long v) {
     return r;
 }
 
-/* scan_frames(buf, pos, stop, check_crc, out) -> (pos, status): see _scan_frames_py. */
+/* scan_frames(buf, pos, stop, check_crc, out[, max_len]) -> (pos, status): see _scan_frames_py. */
 static PyObject *py_scan_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "scan_frames(buf, pos, stop, check_crc, out) takes 5 arguments");
+    if (nargs != 5 && nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "scan_frames(buf, pos, stop, check_crc, out[, max_len]) takes 5 or 6 arguments");
         return NULL;
     }
-    long long pos, stop;
+    long long pos, stop, given_max;
+    uint64_t max_len = UINT64_MAX; /* None or absent: no limit */
     if (as_offset(args[1], &pos, "pos") < 0 || as_offset(args[2], &stop, "stop") < 0) return NULL;
+    if (nargs == 6 && args[5] != Py_None) {
+        if (as_offset(args[5], &given_max, "max_len") < 0) return NULL;
+        max_len = given_max < 0 ? 0 : (uint64_t)given_max;
+    }
     int check = PyObject_IsTrue(args[3]);
     if (check < 0) return NULL;
     PyObject *out = args[4];
@@ -403,6 +408,10 @@ static PyObject *py_scan_frames(PyObject *self, PyObject *const *args, Py_ssize_
             status = BAD_LENGTH_CRC;
             break;
         }
+        if (length > max_len) {
+            status = TOO_LARGE; /* before anything is gathered for it */
+            break;
+        }
         long long data_start = pos + 12;
         /* the data and its 4-byte CRC must fit in what is left; never trust length */
         if (n - data_start < 4 || length > (uint64_t)(n - data_start - 4)) {
@@ -424,7 +433,7 @@ static PyObject *py_scan_frames(PyObject *self, PyObject *const *args, Py_ssize_
     return Py_BuildValue("(Li)", pos, status);
 }
 
-/* RecordScanner(buf, view, base, pos, stop, check_crc, views_only=False): an iterator
+/* RecordScanner(buf, view, base, pos, stop, check_crc, views_only=False, max_len=None): an iterator
  * over the whole frames of buf from pos, yielding (file_offset, view[data]) (or only
  * the views), with the same stopping rules as scan_frames. After it is exhausted,
  * .pos and .status say where and why it stopped. An iterator (rather than a list)
@@ -435,6 +444,7 @@ typedef struct {
     PyObject *mv;
     Py_buffer view;
     long long base, pos, stop;
+    uint64_t max_len;
     int check, views_only, status, done;
 } RecordScanner;
 
@@ -446,15 +456,20 @@ static void scanner_dealloc(RecordScanner *self) {
 }
 
 static PyObject *scanner_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"buf", "view", "base", "pos", "stop", "check_crc", "views_only", NULL};
-    PyObject *buf, *mv, *obase, *opos, *ostop;
+    static char *kwlist[] = {"buf", "view", "base", "pos", "stop", "check_crc", "views_only", "max_len", NULL};
+    PyObject *buf, *mv, *obase, *opos, *ostop, *omax = Py_None;
     int check, views_only = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOOp|p", kwlist, &buf, &PyMemoryView_Type, &mv, &obase, &opos,
-                                     &ostop, &check, &views_only))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOOp|pO", kwlist, &buf, &PyMemoryView_Type, &mv, &obase, &opos,
+                                     &ostop, &check, &views_only, &omax))
         return NULL;
-    long long base, pos, stop;
+    long long base, pos, stop, given_max;
+    uint64_t max_len = UINT64_MAX; /* None: no limit */
     if (as_offset(obase, &base, "base") < 0 || as_offset(opos, &pos, "pos") < 0 || as_offset(ostop, &stop, "stop") < 0)
         return NULL;
+    if (omax != Py_None) {
+        if (as_offset(omax, &given_max, "max_len") < 0) return NULL;
+        max_len = given_max < 0 ? 0 : (uint64_t)given_max;
+    }
     if (pos < 0) {
         PyErr_SetString(PyExc_ValueError, "RecordScanner: pos must not be negative");
         return NULL;
@@ -478,6 +493,7 @@ static PyObject *scanner_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->pos = pos;
     self->stop = stop;
     self->check = check;
+    self->max_len = max_len;
     self->views_only = views_only;
     self->status = -1;
     return (PyObject *)self;
@@ -495,6 +511,7 @@ static PyObject *scanner_next(RecordScanner *self) {
         uint64_t length = load64le(b + pos);
         long long data_start = pos + 12;
         if (self->check && mask_crc(crc32c_buf(b + pos, 8)) != load32le(b + pos + 8)) status = BAD_LENGTH_CRC;
+        else if (length > self->max_len) status = TOO_LARGE;
         else if (n - data_start < 4 || length > (uint64_t)(n - data_start - 4)) status = NEED_MORE;
         else {
             long long data_end = data_start + (long long)length;

@@ -21,6 +21,11 @@ range that read the good record just before it, exactly once.
 
 Compressed files (GZIP/ZLIB) have no seekable record offsets: one unsplittable
 restriction per file, read whole.
+
+Index sidecars are not data: a matched ``x.index``/``x.idx`` (or ``x.tfindex``,
+``x.index`` beside ``x.tfrecord``) whose data file exists is skipped, so Beam's idiom
+``WriteToTFRecord("out/part")`` then ``ReadFromTFRecord("out/part*")`` works although
+the sink writes an index beside every shard.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from . import files
 from .codec import Description, parse_example
 from .errors import ExampleCodecError, IndexFileError
 from .crc import masked_crc32c
-from .framing import FRAME_OVERHEAD, HEADER_SIZE, CorruptRegion, FrameStream
+from .framing import DEFAULT_MAX_RECORD_BYTES, FRAME_OVERHEAD, HEADER_SIZE, CorruptRegion, FrameStream, check_max_record_bytes
 from .index import RecordIndex, find_index, load_index
 from .reader import read_records
 
@@ -144,8 +149,10 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
         on_corrupt: str,
         check_crc: bool,
         index_pattern: IndexPattern,
+        max_record_bytes: Optional[int] = DEFAULT_MAX_RECORD_BYTES,
     ):
         _TFRecordRestrictionProvider.__init__(self, desired_bundle_size)
+        self._max_record_bytes = check_max_record_bytes(max_record_bytes)
         self._claim_chunk = _CLAIM_CHUNK
         self._coder = coder
         self._raw_bytes = isinstance(coder, coders.BytesCoder)
@@ -214,7 +221,14 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
         """
         with files.open_raw(path, "rb") as raw:
             raw.seek(offset)
-            stream = FrameStream(raw, path=path, offset=offset, size=size, check_crc=self._check_crc)
+            stream = FrameStream(
+                raw,
+                path=path,
+                offset=offset,
+                size=size,
+                check_crc=self._check_crc,
+                max_record_bytes=self._max_record_bytes,
+            )
             for _, item in stream.frames(report_corrupt=self._dead_letter):
                 return item if isinstance(item, CorruptRegion) else None
         return None
@@ -240,6 +254,7 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
             check_crc=self._check_crc,
             index=index,
             on_corrupt="report" if self._dead_letter else "raise",
+            max_record_bytes=self._max_record_bytes,
         )
         chunk = self._batch_size or self._claim_chunk
         # Records read ahead, as two flat lists: offsets and data. In the common
@@ -362,6 +377,7 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
             compression_type=kind,
             check_crc=self._check_crc,
             on_corrupt="report" if self._dead_letter else "raise",
+            max_record_bytes=self._max_record_bytes,
         ):
             if isinstance(item, CorruptRegion):
                 yield from self._values(path, offs, datas)
@@ -404,11 +420,38 @@ def _dead_letter_entry(region: CorruptRegion) -> Dict[str, Any]:
     return {"path": region.path, "start": region.start, "end": region.end, "reason": region.reason}
 
 
+_SIDECAR_SUFFIXES = (".index", ".idx", ".tfindex")
+
+
+def index_sidecar_of(path: str) -> Optional[str]:
+    """The data file that ``path`` is an index of, or None.
+
+    ``path`` is a sidecar when it has one of the names ``find_index`` looks for
+    (``x.tfrecord.index``, ``x.tfrecord.idx``, ``x.tfindex``, ``x.index``) and a data
+    file it would belong to exists beside it (``x.tfrecord`` for the first two; ``x``
+    or some ``x.<ext>`` for the others). A lone ``x.index`` is read as data.
+    """
+    import glob as _glob
+
+    stem, ext = os.path.splitext(path)
+    if ext not in _SIDECAR_SUFFIXES:
+        return None
+    candidates = [stem]
+    if ext in (".tfindex", ".index"):
+        candidates += files.glob(_glob.escape(stem) + ".*")
+    for candidate in candidates:
+        if candidate != path and os.path.splitext(candidate)[1] not in _SIDECAR_SUFFIXES and files.exists(candidate):
+            return candidate
+    return None
+
+
 class _ToFileElements(beam.DoFn):
     """File patterns, ``FileMetadata`` or ``ReadableFile`` -> ``(path, size, kind)``.
 
     A pattern that matches nothing yields nothing (as Beam's ReadAll does), so an
-    empty glob in a stream of patterns is not an error.
+    empty glob in a stream of patterns is not an error. Index sidecars of data files
+    (see :func:`index_sidecar_of`) are skipped, so a glob over a written set of
+    shards reads the shards and not their indexes.
     """
 
     def __init__(self, compression_type: Any):
@@ -418,19 +461,33 @@ class _ToFileElements(beam.DoFn):
         if isinstance(element, (str, bytes)):
             pattern = element.decode() if isinstance(element, bytes) else element
             for result in FileSystems.match([pattern]):
-                for meta in sorted(result.metadata_list, key=lambda m: m.path):
-                    yield self._element(meta)
+                matched = sorted(result.metadata_list, key=lambda m: m.path)
+                names = {m.path for m in matched}
+                for meta in matched:
+                    if not _is_sidecar(meta.path, names):
+                        yield self._element(meta)
             return
         meta = getattr(element, "metadata", element)  # fileio.ReadableFile
         if not isinstance(meta, FileMetadata):
             raise TypeError(
                 f"ReadAllFromTFRecord takes file patterns, FileMetadata or ReadableFile, not {type(element).__name__}"
             )
-        yield self._element(meta)
+        if index_sidecar_of(meta.path) is None:
+            yield self._element(meta)
 
     def _element(self, meta: FileMetadata) -> FileElement:
         kind = files.normalize_compression(self._compression_type, meta.path)
         return (meta.path, int(meta.size_in_bytes), kind)
+
+
+def _is_sidecar(path: str, matched: "set[str]") -> bool:
+    """Is ``path`` the index of a file that is also in ``matched`` (or beside it)?"""
+    stem, ext = os.path.splitext(path)
+    if ext not in _SIDECAR_SUFFIXES:
+        return False
+    if stem in matched and os.path.splitext(stem)[1] not in _SIDECAR_SUFFIXES:
+        return True
+    return index_sidecar_of(path) is not None
 
 
 def _check_options(output: str, on_corrupt: str, batch_size: Optional[int], desired_bundle_size: int) -> None:
@@ -480,6 +537,7 @@ class ReadAllFromTFRecord(beam.PTransform):
         on_corrupt: str = "fail",
         check_crc: bool = True,
         with_filename: bool = False,
+        max_record_bytes: Optional[int] = DEFAULT_MAX_RECORD_BYTES,
     ):
         super().__init__()
         _check_options(output, on_corrupt, batch_size, desired_bundle_size)
@@ -500,6 +558,7 @@ class ReadAllFromTFRecord(beam.PTransform):
             on_corrupt,
             check_crc,
             index_pattern,
+            max_record_bytes,
         )
 
     def expand(self, pcoll):
@@ -535,6 +594,12 @@ class ReadFromTFRecord(beam.PTransform):
     - ``on_corrupt="dead_letter"``: return ``result.records`` and ``result.dead_letter``
       (dicts ``{path, start, end, reason}``) instead of failing the bundle.
     - ``check_crc=False``: skip CRC checks (trusted data only).
+    - ``max_record_bytes``: the largest record accepted (default 1 GiB; ``None``: no
+      limit); a bigger one fails with ``RecordTooLargeError`` (file, offset, size)
+      before memory is allocated for it.
+
+    Index sidecars matched by ``file_pattern`` (``part-*.index`` beside
+    ``part-*``) are skipped, not read as records.
 
     Metrics (namespace ``tfrecord_io``): records, bytes, corrupt_regions, stale_index,
     restrictions.
@@ -556,6 +621,7 @@ class ReadFromTFRecord(beam.PTransform):
         on_corrupt: str = "fail",
         check_crc: bool = True,
         with_filename: bool = False,
+        max_record_bytes: Optional[int] = DEFAULT_MAX_RECORD_BYTES,
     ):
         super().__init__()
         if not isinstance(file_pattern, str) or not file_pattern:
@@ -576,17 +642,14 @@ class ReadFromTFRecord(beam.PTransform):
             batch_size=batch_size,
             on_corrupt=on_corrupt,
             check_crc=check_crc,
+            with_filename=with_filename,
+            max_record_bytes=max_record_bytes,
         )
 
     def expand(self, pbegin):
-        from apache_beam.io import fileio
-
-        matches = (
-            pbegin
-            | "Pattern" >> beam.Create([self._pattern])
-            | "MatchFiles" >> fileio.MatchAll()
-        )
-        return matches | "Read" >> self._read_all
+        # The pattern itself goes to the read (not one FileMetadata per match): the
+        # expansion sees the whole match, so it skips the index sidecars among it.
+        return pbegin | "Pattern" >> beam.Create([self._pattern]) | "Read" >> self._read_all
 
 
 __all__ = [

@@ -45,3 +45,8 @@ class IndexFileError(TFRecordError):
 
 class ExampleCodecError(TFRecordError, ValueError):
     """A value cannot be encoded into, or decoded from, a tf.train.Example."""
+
+
+class RecordTooLargeError(TFRecordError):
+    """A record's length is over the reader's ``max_record_bytes``; raised from its
+    header, before any memory is allocated for the record."""

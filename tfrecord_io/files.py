@@ -11,7 +11,7 @@ import gzip
 import io
 import os
 import zlib
-from typing import BinaryIO, List, Optional
+from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from .errors import TFRecordError
 
@@ -252,12 +252,32 @@ def delete_prefix(prefix: str) -> None:
     shutil.rmtree(_local(prefix), ignore_errors=True)
 
 
-def rename(src: str, dst: str) -> None:
-    """Move ``src`` to ``dst``: an atomic rename locally, copy + delete on object stores."""
-    if is_remote(src) or is_remote(dst):
-        _beam_filesystems().rename([src], [dst])
-        return
-    os.replace(_local(src), _local(dst))
+def stat_many(paths: List[str]) -> Dict[str, Optional[Tuple[int, float]]]:
+    """``{path: (size, mtime)}`` for many files, ``None`` for a missing one.
+
+    Remote files are listed per parent prefix (one listing per directory, not one
+    request per file), so a manifest of many files in few folders stays cheap.
+    """
+    out: Dict[str, Optional[Tuple[int, float]]] = {}
+    remote_by_parent: Dict[str, List[str]] = {}
+    for p in paths:
+        if is_remote(p):
+            remote_by_parent.setdefault(str(p).rsplit("/", 1)[0], []).append(p)
+            continue
+        try:
+            st = os.stat(_local(p))
+            out[p] = (int(st.st_size), float(st.st_mtime)) if not os.path.isdir(_local(p)) else None
+        except OSError:
+            out[p] = None
+    if remote_by_parent:
+        fs = _beam_filesystems()
+        for parent, wanted in sorted(remote_by_parent.items()):
+            found = {}
+            for meta in fs.match([parent + "/*"])[0].metadata_list:
+                found[meta.path] = (int(meta.size_in_bytes), float(meta.last_updated_in_seconds or 0.0))
+            for p in wanted:
+                out[p] = found.get(p)
+    return out
 
 
 class ZlibReader(io.RawIOBase):

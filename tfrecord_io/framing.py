@@ -7,8 +7,10 @@ A frame is::
     | data[length] | uint32 masked_crc32c(data)
 
 Reading never trusts a length field: before bytes are allocated for a record, its
-length is checked against the bytes the file can still hold (or, for a compressed
-stream of unknown size, bytes are only gathered as they actually arrive).
+length is checked against its CRC, against ``max_record_bytes`` (a record over it
+raises ``RecordTooLargeError`` naming file, offset and size) and against the bytes the
+file can still hold. A record is read into one buffer of its size, in slices, so a
+record of N bytes costs about N bytes of memory, also from a GZIP/ZLIB stream.
 
 Records come back as read-only ``memoryview`` slices of the read buffers: no copy is
 made, and each view stays valid after iteration has moved on (it keeps its buffer
@@ -28,17 +30,24 @@ import gzip
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, List, Optional, Tuple, Union
+from typing import Any, BinaryIO, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
 from .crc import crc32c, masked_crc32c
-from .errors import CorruptRecordError, TruncatedRecordError
+from .errors import CorruptRecordError, RecordTooLargeError, TruncatedRecordError
 
 HEADER_SIZE = 12
 FOOTER_SIZE = 4
 FRAME_OVERHEAD = HEADER_SIZE + FOOTER_SIZE
 DEFAULT_CHUNK_SIZE = 1 << 19  # two buffers in use (see FrameStream._refill) stay in a 1-2 MiB L2 cache
+# The largest record a reader accepts unless told otherwise. TensorFlow's own Example
+# parser cannot take 2 GiB and real records are far smaller; past this a length field
+# is far likelier a mistake (or a file of something else) than data worth the memory.
+DEFAULT_MAX_RECORD_BYTES = 1 << 30
+# A stream is read into a buffer in slices of at most this size: GzipFile.readinto
+# decompresses into a temporary as large as the slice before copying it over.
+_READ_SLICE = 1 << 23
 
 _LENGTH = struct.Struct("<Q")
 _HEADER = struct.Struct("<QI")
@@ -49,6 +58,7 @@ NEED_MORE = 0  # the frame at pos is not complete in the buffer (or the buffer i
 STOPPED = 1  # the frame at pos begins at or after the stop position
 BAD_LENGTH_CRC = 2  # the frame at pos has a length that does not match its CRC
 BAD_DATA_CRC = 3  # the frame at pos has data that does not match its CRC
+TOO_LARGE = 4  # the frame at pos has a (CRC-checked) length over max_len
 
 
 def frame_header(length: int) -> bytes:
@@ -71,14 +81,18 @@ def write_frame(stream: BinaryIO, data) -> int:
     return n + FRAME_OVERHEAD
 
 
-def _scan_frames_py(buf: bytes, pos: int, stop: int, check_crc: bool, out: List[int]) -> Tuple[int, int]:
+def _scan_frames_py(
+    buf: bytes, pos: int, stop: int, check_crc: bool, out: List[int], max_len: Optional[int] = None
+) -> Tuple[int, int]:
     """Scan whole frames of ``buf`` from ``pos``; append ``data_start, length`` per frame.
 
     Stops before a frame that begins at or after ``stop`` (STOPPED), one that is not
     complete in ``buf`` (NEED_MORE; if its header is complete, its length CRC has
-    been checked), or one whose CRC fails (BAD_*). Returns ``(pos, status)`` with
-    ``pos`` the start of the frame the scan stopped at.
+    been checked), one whose CRC fails (BAD_*), or one whose length is over
+    ``max_len`` (TOO_LARGE, checked after the length CRC). Returns ``(pos, status)``
+    with ``pos`` the start of the frame the scan stopped at.
     """
+    limit = (1 << 64) if max_len is None else max(int(max_len), 0)
     n = len(buf)
     unpack_header = _HEADER.unpack_from
     unpack_u32 = _U32.unpack_from
@@ -94,6 +108,8 @@ def _scan_frames_py(buf: bytes, pos: int, stop: int, check_crc: bool, out: List[
             c = crc32c(mv[pos : pos + 8])
             if ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF != length_crc:
                 return pos, BAD_LENGTH_CRC
+        if length > limit:
+            return pos, TOO_LARGE
         data_start = pos + HEADER_SIZE
         data_end = data_start + length
         if data_end + FOOTER_SIZE > n:
@@ -155,6 +171,7 @@ class FrameStream:
         size: Optional[int] = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         check_crc: bool = True,
+        max_record_bytes: Optional[int] = DEFAULT_MAX_RECORD_BYTES,
     ):
         self._stream = stream
         self.path = path
@@ -166,6 +183,7 @@ class FrameStream:
         self._eof = False
         self._chunk = max(int(chunk_size), 64)
         self.check_crc = check_crc
+        self.max_record_bytes = check_max_record_bytes(max_record_bytes)
 
     @property
     def offset(self) -> int:
@@ -185,12 +203,25 @@ class FrameStream:
             return True
         if self._eof:
             return False
-        if self._size is not None and hasattr(self._stream, "readinto"):
-            # never past the size, so a corrupt length cannot make the buffer large
-            target = min(max(need, self._chunk), self._size - self.offset)
-            if target <= avail:
-                self._eof = True
-                return False
+        if hasattr(self._stream, "readinto"):
+            if self._size is not None:
+                # never past the size, so a corrupt length cannot make the buffer large
+                target = min(max(need, self._chunk), self._size - self.offset)
+                if target <= avail:
+                    self._eof = True
+                    return False
+            else:
+                # a stream of unknown size: one buffer of the frame's size. A length
+                # that passed its CRC (and max_record_bytes) is allocated at once;
+                # unchecked, the buffer grows geometrically, so a corrupt huge length
+                # costs at most about twice the bytes that really arrive.
+                target = max(need, self._chunk)
+                step = max(2 * avail, self._chunk)
+                while not self.check_crc and step < need:
+                    if not self._refill(step, step, avail):
+                        return False
+                    avail = len(self._buf)
+                    step *= 2
             return self._refill(target, need, avail)
         parts = [self._buf[self._pos :]] if avail else []
         self._base += self._pos
@@ -245,7 +276,8 @@ class FrameStream:
         self._pos = 0
         have = avail
         while have < target:
-            got = self._stream.readinto(view[have:])  # type: ignore[attr-defined]
+            # in slices: GzipFile.readinto decompresses into a temporary of the slice's size
+            got = self._read(view[have : have + _READ_SLICE])
             if not got:
                 self._eof = True
                 break
@@ -256,11 +288,14 @@ class FrameStream:
         self._buf = buf
         return have >= need
 
-    def _read(self, n: int) -> bytes:
-        """Read from the stream; a GZIP/ZLIB stream that is cut short or damaged raises
-        our errors (path + offset of the record being read), not ``EOFError``/``zlib.error``."""
+    def _read(self, n_or_view: Union[int, memoryview]) -> Any:
+        """Read ``n`` bytes from the stream, or into a view (returning the count); a
+        GZIP/ZLIB stream that is cut short or damaged raises our errors (path + offset
+        of the record being read), not ``EOFError``/``zlib.error``."""
         try:
-            return self._stream.read(n)
+            if isinstance(n_or_view, int):
+                return self._stream.read(n_or_view)
+            return self._stream.readinto(n_or_view)  # type: ignore[attr-defined]
         except EOFError as err:
             raise TruncatedRecordError(
                 f"the compressed stream ends before its end marker (file truncated?): {err}; "
@@ -275,8 +310,27 @@ class FrameStream:
                 self._base,
             ) from None
 
+    def _too_large(self, length: int, offset: int) -> RecordTooLargeError:
+        return RecordTooLargeError(
+            f"record of {length} bytes is over max_record_bytes={self.max_record_bytes} "
+            "(pass a larger max_record_bytes to read it)",
+            self.path,
+            offset,
+        )
+
     def _error(self, status: int, pos: int) -> Exception:
         off = self._base + pos
+        if status == TOO_LARGE:
+            length = _LENGTH.unpack_from(self._buf, pos)[0]
+            remaining = None if self._size is None else self._size - off
+            if remaining is not None and length + FRAME_OVERHEAD > remaining:
+                return TruncatedRecordError(  # a file that cannot hold it: say so first
+                    f"truncated record: its header claims {length} data bytes but only "
+                    f"{max(remaining - FRAME_OVERHEAD, 0)} can follow before the end of the file",
+                    self.path,
+                    off,
+                )
+            return self._too_large(length, off)
         if status == BAD_LENGTH_CRC:
             length = _LENGTH.unpack_from(self._buf, pos)[0]
             return CorruptRecordError(
@@ -316,6 +370,8 @@ class FrameStream:
                 self.path,
                 self.offset,
             )
+        if self.max_record_bytes is not None and length > self.max_record_bytes:
+            return self._too_large(length, self.offset)
         if not self._fill(frame):
             left = len(self._buf) - self._pos
             return TruncatedRecordError(
@@ -335,11 +391,14 @@ class FrameStream:
         """Yield ``(offset, data)`` for each frame that begins before file offset ``stop``.
 
         With ``report_corrupt``, a bad region is yielded as ``(offset, CorruptRegion)``
-        and reading resumes at the next good record; otherwise it raises.
+        and reading resumes at the next good record; otherwise it raises. A record
+        over ``max_record_bytes`` always raises: it is a limit the caller set, not
+        damage to skip.
         """
         scan = _scan_frames
         scanner = _RecordScanner
         check = self.check_crc
+        max_len = self.max_record_bytes
         out: List[int] = []
         big = 1 << 62
         while True:
@@ -347,12 +406,12 @@ class FrameStream:
             buf = self._buf
             out.clear()
             if scanner is not None:  # C iterator: makes the (offset, view) pairs itself
-                it = scanner(buf, memoryview(buf).toreadonly(), self._base, self._pos, stop_rel, check)
+                it = scanner(buf, memoryview(buf).toreadonly(), self._base, self._pos, stop_rel, check, False, max_len)
                 yield from it
                 pos, status = it.pos, it.status
                 del it  # it holds a view of buf: let _refill reuse buf later
             else:
-                pos, status = scan(buf, self._pos, stop_rel, check, out)
+                pos, status = scan(buf, self._pos, stop_rel, check, out, max_len)
                 if out:
                     mv = memoryview(buf).toreadonly()
                     base = self._base
@@ -372,7 +431,7 @@ class FrameStream:
                     continue
             else:
                 err = self._error(status, pos)
-            if not report_corrupt:
+            if not report_corrupt or isinstance(err, RecordTooLargeError):
                 raise err
             bad = self.offset
             self._pos += 1
@@ -426,6 +485,8 @@ class FrameStream:
                 remaining = self._remaining_in_file()
                 if remaining is not None and length + FRAME_OVERHEAD > remaining:
                     continue
+                if self.max_record_bytes is not None and length > self.max_record_bytes:
+                    continue  # never gather more than a record may hold
                 if not self._fill(length + FRAME_OVERHEAD):
                     continue
                 p = self._pos
@@ -441,6 +502,15 @@ class FrameStream:
             if self._eof and len(self._buf) - self._pos < FRAME_OVERHEAD:
                 self._pos = len(self._buf)
                 return False
+
+
+def check_max_record_bytes(value: Optional[int]) -> Optional[int]:
+    """``max_record_bytes`` as given to a reader: a positive int, or None for no limit."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or int(value) < 1:
+        raise ValueError(f"max_record_bytes must be a positive number of bytes or None, not {value!r}")
+    return int(value)
 
 
 def _candidates(buf: bytes, pos: int, last: int, base: int, size: Optional[int]) -> Iterator[int]:

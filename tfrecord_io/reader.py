@@ -6,17 +6,23 @@ package's loader functions (same names and arguments).
 the first record boundary found by resynchronisation), which the ``tfrecord`` package
 cannot do without duplicating records. A compressed file cannot be cut: each shard
 reads the stream and keeps every ``n``-th record.
+
+Every reader takes ``max_record_bytes`` (default ``DEFAULT_MAX_RECORD_BYTES``, 1 GiB;
+``None``: no limit): a record over it raises ``RecordTooLargeError`` naming the file,
+offset and size before any memory is allocated for it. A record is held in memory
+once (one buffer of its size; the views handed out point into it).
 """
 
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from collections import deque
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import files, iterator_utils
 from .codec import Description, parse_example_stream, parse_sequence_example
-from .errors import IndexFileError
-from .framing import DEFAULT_CHUNK_SIZE, CorruptRegion, FrameStream
+from .errors import ExampleCodecError, IndexFileError
+from .framing import DEFAULT_CHUNK_SIZE, DEFAULT_MAX_RECORD_BYTES, CorruptRegion, FrameStream
 from .index import RecordIndex, load_index
 
 IndexLike = Union[None, str, RecordIndex]
@@ -39,6 +45,7 @@ def read_records(
     index: IndexLike = None,
     on_corrupt: str = "raise",
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    max_record_bytes: Optional[int] = DEFAULT_MAX_RECORD_BYTES,
 ) -> Iterator[Tuple[int, Union[memoryview, CorruptRegion]]]:
     """Yield ``(offset, data)`` for each record that *begins* in bytes ``[start, end)``.
 
@@ -50,7 +57,8 @@ def read_records(
     begins in the range and carries on after it.
 
     ``check_crc=False`` skips both CRC checks: only for data you trust, as a corrupt
-    length is then only caught by the bounds check.
+    length is then only caught by the bounds check. A record over ``max_record_bytes``
+    raises ``RecordTooLargeError`` (also with ``on_corrupt="report"``).
     """
     if on_corrupt not in ("raise", "report"):
         raise ValueError("on_corrupt must be 'raise' or 'report'")
@@ -74,7 +82,15 @@ def read_records(
                 return
         if first:
             raw.seek(first)
-        stream = FrameStream(raw, path=path, offset=first, size=size, chunk_size=chunk_size, check_crc=check_crc)
+        stream = FrameStream(
+            raw,
+            path=path,
+            offset=first,
+            size=size,
+            chunk_size=chunk_size,
+            check_crc=check_crc,
+            max_record_bytes=max_record_bytes,
+        )
         if start > 0 and idx is None:
             if not stream.resync(limit=end):
                 return
@@ -109,24 +125,40 @@ def tfrecord_iterator(
     shard: Optional[Tuple[int, int]] = None,
     compression_type: Optional[str] = None,
     check_crc: bool = True,
+    max_record_bytes: Optional[int] = DEFAULT_MAX_RECORD_BYTES,
 ) -> Iterator[memoryview]:
     """Yield each record's data (a ``memoryview``) of ``data_path``, or of one shard of it.
 
     Drop-in for ``tfrecord.reader.tfrecord_iterator``; the views stay valid after
     iteration moves on, and both CRCs are checked unless ``check_crc=False``.
     """
+    # map/itemgetter drop the offsets in C: no Python-level loop step per record
+    yield from map(
+        _second, _offset_records(data_path, index_path, shard, compression_type, check_crc, max_record_bytes)
+    )
+
+
+def _offset_records(
+    data_path: str,
+    index_path: Optional[str],
+    shard: Optional[Tuple[int, int]],
+    compression_type: Optional[str],
+    check_crc: bool,
+    max_record_bytes: Optional[int],
+) -> Iterator[Tuple[int, memoryview]]:
+    """``(offset, data)`` of every record of the file or of one shard of it."""
     kind = files.normalize_compression(compression_type, data_path)
+    limit = {"check_crc": check_crc, "max_record_bytes": max_record_bytes}
     if shard is None:
-        # map/itemgetter drop the offsets in C: no Python-level loop step per record
-        yield from map(_second, read_records(data_path, compression_type=kind, check_crc=check_crc))
+        yield from read_records(data_path, compression_type=kind, **limit)  # type: ignore[misc]
         return
     i, n = shard
     if kind:
         if not (0 <= i < n):
             raise ValueError(f"shard index {i} is not in [0, {n})")
-        for k, (_, data) in enumerate(read_records(data_path, compression_type=kind, check_crc=check_crc)):
+        for k, pair in enumerate(read_records(data_path, compression_type=kind, **limit)):  # type: ignore[arg-type]
             if k % n == i:
-                yield data
+                yield pair  # type: ignore[misc]
         return
     index = load_index(index_path) if index_path else None
     if index is not None and not index.matches(files.file_size(data_path)):
@@ -137,7 +169,33 @@ def tfrecord_iterator(
     start, end = shard_range(data_path, shard, index)
     if end is not None and end <= start:
         return
-    yield from map(_second, read_records(data_path, start, end, check_crc=check_crc, index=index))
+    yield from read_records(data_path, start, end, index=index, **limit)  # type: ignore[misc]
+
+
+def _parsed_with_location(
+    pairs: Iterator[Tuple[int, memoryview]], parse: Callable[[Iterator[memoryview]], Iterator[Any]], path: str
+) -> Iterator[Any]:
+    """``parse`` over the records of ``pairs``; a record that does not parse raises
+    ``ExampleCodecError`` naming ``path`` and the record's byte offset.
+
+    ``parse`` may read ahead (batches): the offsets of records taken but not yet
+    parsed wait in a queue, and the one at its head is the record that failed.
+    """
+    pending: Deque[int] = deque()
+
+    def records() -> Iterator[memoryview]:
+        for offset, data in pairs:
+            pending.append(offset)
+            yield data
+
+    try:
+        for value in parse(records()):
+            pending.popleft()
+            yield value
+    except ExampleCodecError as err:
+        if err.path is not None or not pending:
+            raise
+        raise ExampleCodecError(err.reason, path, pending[0]) from None
 
 
 def example_loader(
@@ -146,14 +204,16 @@ def example_loader(
     description: Description = None,
     shard: Optional[Tuple[int, int]] = None,
     compression_type: Optional[str] = None,
+    max_record_bytes: Optional[int] = DEFAULT_MAX_RECORD_BYTES,
 ) -> Iterator[Dict[str, Any]]:
     """Yield each Example of the file as a dict of NumPy arrays (see ``codec``).
 
     Records are parsed in small batches (``codec.parse_example_stream``): one call of
-    the compiled parser per batch instead of one protobuf message per record.
+    the compiled parser per batch instead of one protobuf message per record. A record
+    that is not an Example raises ``ExampleCodecError`` with the path and its offset.
     """
-    records = tfrecord_iterator(data_path, index_path, shard, compression_type)
-    yield from parse_example_stream(records, description)
+    pairs = _offset_records(data_path, index_path, shard, compression_type, True, max_record_bytes)
+    yield from _parsed_with_location(pairs, lambda records: parse_example_stream(records, description), data_path)
 
 
 def sequence_loader(
@@ -163,10 +223,16 @@ def sequence_loader(
     features_description: Description = None,
     shard: Optional[Tuple[int, int]] = None,
     compression_type: Optional[str] = None,
+    max_record_bytes: Optional[int] = DEFAULT_MAX_RECORD_BYTES,
 ) -> Iterator[Tuple[Dict[str, Any], Dict[str, List[Any]]]]:
     """Yield ``(context, feature_lists)`` for each SequenceExample of the file."""
-    for record in tfrecord_iterator(data_path, index_path, shard, compression_type):
-        yield parse_sequence_example(record, context_description, features_description)
+    pairs = _offset_records(data_path, index_path, shard, compression_type, True, max_record_bytes)
+
+    def parse(records: Iterator[memoryview]) -> Iterator[Any]:
+        for record in records:
+            yield parse_sequence_example(record, context_description, features_description)
+
+    yield from _parsed_with_location(pairs, parse, data_path)
 
 
 def tfrecord_loader(
@@ -177,6 +243,7 @@ def tfrecord_loader(
     sequence_description: Description = None,
     compression_type: Optional[str] = None,
     shuffle_queue_size: Optional[int] = None,
+    max_record_bytes: Optional[int] = DEFAULT_MAX_RECORD_BYTES,
 ) -> Iterator[Any]:
     """Examples (dicts) or, with ``sequence_description``, SequenceExamples
     (``(context, feature_lists)``) of one file, optionally through a shuffle buffer.
@@ -185,10 +252,10 @@ def tfrecord_loader(
     positional calls written for it keep their meaning."""
     if sequence_description is not None:
         loader: Iterator[Any] = sequence_loader(
-            data_path, index_path, description, sequence_description, shard, compression_type
+            data_path, index_path, description, sequence_description, shard, compression_type, max_record_bytes
         )
     else:
-        loader = example_loader(data_path, index_path, description, shard, compression_type)
+        loader = example_loader(data_path, index_path, description, shard, compression_type, max_record_bytes)
     if shuffle_queue_size:
         loader = iterator_utils.shuffle_iterator(loader, shuffle_queue_size)
     return loader
@@ -204,6 +271,7 @@ def multi_tfrecord_loader(
     infinite: bool = True,
     shard: Optional[Tuple[int, int]] = None,
     shuffle_queue_size: Optional[int] = None,
+    max_record_bytes: Optional[int] = DEFAULT_MAX_RECORD_BYTES,
 ) -> Iterator[Any]:
     """Sample records from several files (``data_pattern.format(split)``) with the
     given weights. Zero-weight splits are never opened; see
@@ -220,6 +288,7 @@ def multi_tfrecord_loader(
             shard=shard,
             sequence_description=sequence_description,
             compression_type=compression_type,
+            max_record_bytes=max_record_bytes,
         )
 
     openers = [opener(n) for n in names]

@@ -67,7 +67,7 @@ class RecordWriter:
         """Write one payload (bytes, bytearray or memoryview) as one frame."""
         n = len(data)
         length_bytes = _LENGTH.pack(n)
-        self._file.write(
+        self._write(
             b"".join(
                 (length_bytes, _U32.pack(masked_crc32c(length_bytes)), data, _U32.pack(masked_crc32c(data)))
             )
@@ -87,7 +87,7 @@ class RecordWriter:
                 for record in batch:
                     self._offsets.append(pos)
                     pos += len(record) + FRAME_OVERHEAD
-            self._file.write(data)
+            self._write(data)
             self._position += len(data)
             self.records_written += len(batch)
             return
@@ -104,16 +104,32 @@ class RecordWriter:
                 offsets.append(pos)
             pos += n + FRAME_OVERHEAD
             count += 1
-        self._file.write(b"".join(parts))
+        self._write(b"".join(parts))
         self._position = pos
         self.records_written += count
+
+    def _write(self, data) -> None:
+        try:
+            self._file.write(data)
+        except OSError as err:
+            raise self._named(err) from None
+
+    def _named(self, err: OSError) -> OSError:
+        """``err`` naming the file being written (a full disk's ENOSPC names none), so a
+        failed job can say which file it was."""
+        if err.filename is not None or err.errno is None:
+            return err
+        return type(err)(err.errno, err.strerror, self._target)
 
     def close(self) -> None:
         """Flush and close; with ``atomic=True`` move the file into place; write the index."""
         if self.closed:
             return
         self.closed = True
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError as err:
+            raise self._named(err) from None
         if self._atomic:
             os.replace(self._target, self.path)
         if self._index_path:

@@ -1,0 +1,235 @@
+"""The build job against the loops a user would write instead, measured in one run.
+
+Makes its own photo-like JPEGs (320x240, ~30 KB, noise over gradients; no downloads)
+in an ImageNet-style folder (``root/<label>/<file>``), then times, each in its own
+process (so CPU seconds and peak RSS are that process's and its children's):
+
+- ``tfrecord-io build`` (label from the folder, 2 splits, 4 shards per split) with 1
+  and with 2 local workers (DirectRunner, multi_processing);
+- Beam's fixed start-up: the same build over 8 images (reported separately; the
+  "after start-up" column subtracts it);
+- the single-process loop: read the file, decode it with Pillow (proves it whole,
+  gives its shape), build the Example, write it with the ``tfrecord`` package into
+  the same split/shard files;
+- the TensorFlow loop of the hands-on guide (``tf.io.decode_jpeg`` + ``tf.train.Example``
+  + ``tf.io.TFRecordWriter``) in the TensorFlow venv's interpreter, when there is one.
+
+Both cases: keep the bytes (``image`` encoder defaults) and re-encode
+(``reencode: jpeg, resize: [224, 224]``). Ratios are loop time / build time from this
+same run (> 1: the build is faster).
+
+    python benchmarks/bench_build.py [--images 16000] [--cases keep,reencode] [--tf-python PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LABELS = [f"class{i:02d}" for i in range(10)]
+CASES = {
+    "keep": {"encoder": "image", "column": "path"},
+    "reencode": {"encoder": "image", "column": "path", "reencode": "jpeg", "quality": 90, "resize": [224, 224]},
+}
+
+
+def make_images(root: str, n: int, size=(320, 240)) -> None:
+    """Photo-like JPEGs: smooth gradients with per-pixel noise (JPEG's hard case)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    y, x = np.mgrid[0 : size[1], 0 : size[0]]
+    for label in LABELS:
+        os.makedirs(os.path.join(root, label), exist_ok=True)
+    for i in range(n):
+        base = np.stack([(x + 3 * i) % 256, (y * 2 + i) % 256, (x + y) % 256], axis=-1)
+        arr = np.clip(base + rng.integers(0, 48, size=base.shape), 0, 255).astype(np.uint8)
+        Image.fromarray(arr).save(os.path.join(root, LABELS[i % len(LABELS)], f"img{i:06d}.jpg"), "JPEG", quality=90)
+
+
+def write_config(path: str, root: str, out: str, image: Dict) -> None:
+    cfg = {
+        "name": "bench",
+        "input": {"directory": root},
+        "key": "path",
+        "columns": {"image": image, "label": {"encoder": "label", "vocabulary": LABELS}},
+        "splits": {"train": 0.8, "test": 0.2},
+        "sharding": {"num_shards": 4},
+        "output": {"dir": out},
+    }
+    with open(path, "w") as f:
+        yaml.safe_dump(cfg, f)
+
+
+def timed(cmd: List[str], env: Optional[Dict[str, str]] = None) -> Dict[str, float]:
+    """Wall, CPU (user+sys of the process and its children) and peak RSS of one command.
+
+    Each command runs under its own ``/usr/bin/time``-like wrapper process so the
+    children's rusage is this command's only."""
+    wrapper = textwrap.dedent(
+        """
+        import json, resource, subprocess, sys, time
+        t = time.perf_counter()
+        rc = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - t
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        print(json.dumps({"rc": rc, "wall": wall, "user": r.ru_utime, "sys": r.ru_stime, "rss_mb": r.ru_maxrss / 1024}))
+        """
+    )
+    # cwd: ``python -m pipelines`` puts the working directory first on sys.path.
+    proc = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, env=env, cwd=REPO)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if result["rc"] != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-2000:]}")
+    return result
+
+
+LOOP = r'''
+import hashlib, io, os, sys
+from PIL import Image
+import tfrecord
+
+root, out, case = sys.argv[1], sys.argv[2], sys.argv[3]
+labels = sorted(os.listdir(root))
+writers = {}
+def h(purpose, key):
+    return int.from_bytes(hashlib.sha256(f"0\x1f{purpose}\x1f{key}".encode()).digest()[:8], "big")
+for label_id, label in enumerate(labels):
+    for name in sorted(os.listdir(os.path.join(root, label))):
+        path = os.path.join(root, label, name)
+        with open(path, "rb") as f:
+            data = f.read()
+        img = Image.open(io.BytesIO(data))
+        img.load()                                   # full decode: proves the file whole
+        if case == "reencode":
+            img = img.convert("RGB").resize((224, 224), Image.BILINEAR)
+            buf = io.BytesIO()
+            img.save(buf, "JPEG", quality=90)
+            data = buf.getvalue()
+        width, height = img.size
+        split = "train" if h("split", path) / 2**64 < 0.8 else "test"
+        shard = h("shard", path) % 4
+        w = writers.get((split, shard))
+        if w is None:
+            w = writers[(split, shard)] = tfrecord.TFRecordWriter(os.path.join(out, f"{split}-{shard}.tfrecord"))
+        w.write({"image/encoded": (data, "byte"), "image/format": (b"jpeg", "byte"), "image/height": (height, "int"),
+                 "image/width": (width, "int"), "image/channels": (3, "int"), "label": (label_id, "int")})
+for w in writers.values():
+    w.close()
+'''
+
+TF_LOOP = r'''
+import hashlib, os, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import tensorflow as tf
+
+root, out, case = sys.argv[1], sys.argv[2], sys.argv[3]
+labels = sorted(os.listdir(root))
+writers = {}
+def h(purpose, key):
+    return int.from_bytes(hashlib.sha256(f"0\x1f{purpose}\x1f{key}".encode()).digest()[:8], "big")
+def feature_bytes(v): return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
+def feature_int(v): return tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
+for label_id, label in enumerate(labels):
+    for name in sorted(os.listdir(os.path.join(root, label))):
+        path = os.path.join(root, label, name)
+        data = tf.io.read_file(path)
+        pixels = tf.io.decode_jpeg(data, channels=3)
+        if case == "reencode":
+            pixels = tf.cast(tf.image.resize(pixels, (224, 224)), tf.uint8)
+            data = tf.io.encode_jpeg(pixels, quality=90)
+        height, width, channels = pixels.shape
+        split = "train" if h("split", path) / 2**64 < 0.8 else "test"
+        shard = h("shard", path) % 4
+        w = writers.get((split, shard))
+        if w is None:
+            w = writers[(split, shard)] = tf.io.TFRecordWriter(os.path.join(out, f"{split}-{shard}.tfrecord"))
+        example = tf.train.Example(features=tf.train.Features(feature={
+            "image/encoded": feature_bytes(data.numpy()), "image/format": feature_bytes(b"jpeg"),
+            "image/height": feature_int(height), "image/width": feature_int(width),
+            "image/channels": feature_int(channels), "label": feature_int(label_id)}))
+        w.write(example.SerializeToString())
+for w in writers.values():
+    w.close()
+'''
+
+
+def find_tf_python(given: Optional[str]) -> Optional[str]:
+    for path in (given, os.environ.get("TFRECORD_IO_TF_PYTHON"), os.path.expanduser("~/.cache/tfrecord-io/tfenv/bin/python")):
+        if path and os.path.exists(path):
+            return path
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=16000)
+    parser.add_argument("--cases", default="keep,reencode")
+    parser.add_argument("--tf-python", default=None)
+    parser.add_argument("--workdir", default=None, help="keep the generated images here (reused if present)")
+    args = parser.parse_args()
+
+    work = args.workdir or tempfile.mkdtemp(prefix="bench-build-")
+    root = os.path.join(work, f"images-{args.images}")
+    tiny = os.path.join(work, "images-8")
+    if not os.path.isdir(root):
+        t = time.perf_counter()
+        make_images(root, args.images)
+        print(f"made {args.images} JPEGs in {time.perf_counter() - t:.0f}s", file=sys.stderr)
+    if not os.path.isdir(tiny):
+        make_images(tiny, 8)
+    size_mb = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs) / 1e6
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    tf_python = find_tf_python(args.tf_python)
+    load = os.getloadavg()[0]
+    print(f"\n{args.images} JPEGs, {size_mb:.0f} MB, {os.cpu_count()} CPUs, load average at start {load:.1f}\n")
+    print("| case | what | wall s | after start-up s | CPU s (user+sys) | peak RSS MB | loop / this |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for case in args.cases.split(","):
+        results = {}
+        for workers in (1, 2):
+            flags = ["--runner=DirectRunner", f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+            for name, images in (("startup", tiny), ("build", root)):
+                out = os.path.join(work, f"out-{case}-{workers}-{name}")
+                shutil.rmtree(out, ignore_errors=True)
+                cfg = os.path.join(work, f"{case}-{name}.yaml")
+                write_config(cfg, images, out, CASES[case])
+                results[(name, workers)] = timed([sys.executable, "-m", "pipelines", "build", cfg, "--no-progress", *flags], env)
+        loop_out = os.path.join(work, f"loop-{case}")
+        shutil.rmtree(loop_out, ignore_errors=True)
+        os.makedirs(loop_out)
+        loop = timed([sys.executable, "-c", LOOP, root, loop_out, case], env)
+        tf_loop = None
+        if tf_python:
+            tf_out = os.path.join(work, f"tf-{case}")
+            shutil.rmtree(tf_out, ignore_errors=True)
+            os.makedirs(tf_out)
+            tf_loop = timed([tf_python, "-c", TF_LOOP, root, tf_out, case], env)
+        rows = [("Pillow + tfrecord loop (1 process)", loop, None)]
+        if tf_loop:
+            rows.append(("TensorFlow loop (1 process)", tf_loop, None))
+        for workers in (1, 2):
+            rows.append((f"tfrecord-io build, {workers} worker(s)", results[("build", workers)], results[("startup", workers)]))
+            rows.append((f"  Beam start-up (8 images), {workers} worker(s)", results[("startup", workers)], None))
+        for what, r, startup in rows:
+            after = r["wall"] - startup["wall"] if startup else None
+            ratio = loop["wall"] / r["wall"]
+            print(f"| {case} | {what} | {r['wall']:.1f} | {'' if after is None else f'{after:.1f}'} | "
+                  f"{r['user'] + r['sys']:.1f} ({r['user']:.1f}+{r['sys']:.1f}) | {r['rss_mb']:.0f} | {ratio:.2f}x |")
+    print(f"\nload average at end {os.getloadavg()[0]:.1f}; images in {work}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""Fault injection (issue #12): a killed worker, SIGTERM to the launcher, a reader of a
+file still being written, a disk that fills up.
+
+After each, the reader's view is checked the way a downstream job would take it:
+``LATEST`` names a version whose ``dataset_info.json`` lists shards that are all there,
+whole (SHA-256 and record counts match), and no other directory of the root carries a
+``dataset_info.json`` for partial data; and the command's last words say what happened
+and what is left. (Two builds into one root at once are tested by the build-s3 work.)
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import tfrecord_io as tfio
+from pipelines import dataset_dir
+from pipelines.build import run_build
+from pipelines.config import load_config
+from pipelines.demo_data import make_demo_media
+from pipelines.failures import child_pids
+from tests.pipeline_support import REPO, TWO_WORKERS, options
+
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory):
+    root = tmp_path_factory.mktemp("media")
+    config = make_demo_media(str(root), rows=12)
+    return str(root), config
+
+
+def _build_v1(config, out):
+    cfg = load_config(config, [("output.dir", str(out)), ("output.version", "v1")])
+    run_build(cfg, options(), progress=False)
+
+
+def _start_build(config, out, tmp_path, version="v2", preexec_fn=None, extra=()):
+    env = dict(os.environ, TFRECORD_IO_LOG_DIR=str(tmp_path / "logs"))
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipelines", "build", config, "--output", str(out), "--version", version,
+         "--no-progress", *TWO_WORKERS, *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=preexec_fn,
+        start_new_session=True,  # its own process group: a hung run is killed whole below
+    )
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _wait_for_workers(proc, out, count=2, timeout=180):
+    """The launcher's Python worker processes, once ``count`` run and the version dir exists."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        workers = [p for p in child_pids(proc.pid) if "sdk_worker_main" in _cmdline(p) and
+                   not _cmdline(p).startswith("/bin/sh")]
+        if len(workers) >= count and (out / "v2").exists():
+            return workers
+        time.sleep(0.1)
+    raise AssertionError(f"no {count} workers seen (exit {proc.poll()}): {proc.communicate()[1] if proc.poll() is not None else ''}")
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def assert_readers_see_whole_data(out, latest="v1"):
+    """What a reader that follows LATEST or dataset_info.json finds is whole."""
+    assert dataset_dir.read_latest(str(out)) == latest
+    for name in os.listdir(out):
+        version_dir = out / name
+        if not version_dir.is_dir():
+            continue
+        info = dataset_dir.load_info(str(version_dir))
+        if info is None:
+            continue  # no dataset_info.json: no reader takes it
+        for split in info["splits"].values():
+            for shard in split["shards"]:
+                path = str(version_dir / shard["path"])
+                assert dataset_dir.sha256_file(path) == shard["sha256"], path
+                assert sum(1 for _ in tfio.tfrecord_iterator(path)) == shard["records"], path
+
+
+def _finish(proc, timeout=300):
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"the launcher hung after the fault; it was killed\n{err[-3000:]}") from None
+    return proc.returncode, out, err
+
+
+def test_kill_9_one_worker_of_a_multi_process_build(media, tmp_path):
+    _, config = media
+    out = tmp_path / "out"
+    _build_v1(config, out)
+    proc = _start_build(config, out, tmp_path)
+    workers = _wait_for_workers(proc, out)
+    all_children = child_pids(proc.pid)
+    os.kill(workers[0], signal.SIGKILL)
+    code, _, err = _finish(proc)
+    assert code == 1, err
+    assert "tfrecord-io build failed: a worker process died: it exited with code 137 (killed by SIGKILL)" in err, err
+    assert "LATEST still points at v1" in err
+    assert f"partial output {out / 'v2'} removed" in err
+    assert "Traceback" not in err and "exit:  1" in err
+    assert not (out / "v2").exists()
+    assert not [p for p in all_children if _alive(p)], "worker processes outlived the launcher"
+    assert_readers_see_whole_data(out)
+
+
+def test_sigterm_to_the_launcher(media, tmp_path):
+    _, config = media
+    out = tmp_path / "out"
+    _build_v1(config, out)
+    proc = _start_build(config, out, tmp_path)
+    _wait_for_workers(proc, out)
+    all_children = child_pids(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    code, _, err = _finish(proc)
+    assert code == 128 + signal.SIGTERM, err
+    assert "tfrecord-io build failed: interrupted: stopped by SIGTERM" in err, err
+    assert "LATEST still points at v1" in err and f"partial output {out / 'v2'} removed" in err
+    assert "Traceback" not in err
+    assert not (out / "v2").exists()
+    assert not [p for p in all_children if _alive(p)], "worker processes outlived the launcher"
+    assert_readers_see_whole_data(out)
+
+
+def _can_mount_tmpfs(target):
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        return False
+    os.makedirs(target, exist_ok=True)
+    ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(target)], capture_output=True).returncode == 0
+    if ok:
+        subprocess.run(["umount", str(target)], check=True)
+    return ok
+
+
+def _tree_bytes(path):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def test_a_disk_that_fills_up_during_a_build(media, tmp_path):
+    """A small tmpfs when this test may mount one (root), else a file-size limit
+    (RLIMIT_FSIZE, with SIGXFSZ ignored so writes fail with EFBIG instead of killing)."""
+    _, config = media
+    staging = tmp_path / "staging"
+    _build_v1(config, staging)
+    disk = tmp_path / "disk"
+    mounted = _can_mount_tmpfs(disk)
+    preexec = None
+    extra = []
+    try:
+        if mounted:
+            # room for v1 and a little more, not for a second version
+            size = _tree_bytes(staging) + 48 * 1024
+            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)], check=True)
+            expected = "No space left on device"
+        else:
+            # one shard per split: the train shard (~130 KB) goes over the limit, while
+            # the job's log and Beam's own files stay under it
+            limit = 96 * 1024
+            extra = ["--num-shards", "1"]
+
+            def preexec():
+                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+            expected = "File too large"
+        out = disk / "out"
+        shutil.copytree(staging, out)
+        proc = _start_build(config, out, tmp_path, preexec_fn=preexec, extra=extra)
+        code, _, err = _finish(proc)
+        assert code == 1, err
+        first = [line for line in err.splitlines() if line.startswith("tfrecord-io build failed:")]
+        assert first and expected in first[0] and str(out / "v2") in first[0], err  # names the shard file
+        assert "LATEST still points at v1" in err
+        assert f"partial output {out / 'v2'} removed" in err
+        assert "Traceback" not in err
+        assert not (out / "v2").exists()
+        assert_readers_see_whole_data(out)
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(disk)])
+
+
+_APPENDER = r"""
+import sys, time
+from tfrecord_io.framing import encode_frame
+path, n = sys.argv[1], int(sys.argv[2])
+with open(path, "ab", buffering=0) as f:
+    for i in range(n):
+        frame = encode_frame(b"record-%05d" % i * 50)
+        half = len(frame) // 2
+        f.write(frame[:half])  # a reader may now see half a record
+        time.sleep(0.004)
+        f.write(frame[half:])
+"""
+
+
+def test_reading_a_file_that_is_still_being_appended_to(tmp_path):
+    """Decision: a reader gets whole records only. Where the file (as it was when the
+    read began) ends inside a record, it raises TruncatedRecordError naming the file and
+    that record's offset, after every whole record before it."""
+    path = str(tmp_path / "growing.tfrecord")
+    open(path, "wb").close()
+    n = 300
+    expected = [b"record-%05d" % i * 50 for i in range(n)]
+    frame_size = len(expected[0]) + 16
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    writer = subprocess.Popen([sys.executable, "-c", _APPENDER, path, str(n)], env=env)
+    truncated = whole = 0
+    try:
+        while writer.poll() is None or whole == 0:
+            got = []
+            try:
+                for record in tfio.tfrecord_iterator(path):
+                    got.append(bytes(record))
+                whole += 1
+            except tfio.TruncatedRecordError as err:
+                truncated += 1
+                assert err.path == path
+                assert err.offset == len(got) * frame_size  # the record after the last whole one
+            assert got == expected[: len(got)]  # whole records, in order, never a partial one
+    finally:
+        writer.wait(timeout=60)
+    assert [bytes(r) for r in tfio.tfrecord_iterator(path)] == expected
+    assert truncated > 0, "the reader never caught the writer mid-record; the test proved nothing"
