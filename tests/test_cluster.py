@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import pytest
 
