@@ -153,11 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _runner_section(path: Optional[str]) -> Optional[dict]:
     if not path:
         return None
-    import yaml
+    from .options import load_runner_section
 
-    with open(path, encoding="utf-8") as f:
-        data = yaml.safe_load(f) or {}
-    return data.get("runner", data)
+    return load_runner_section(path)
 
 
 def cmd_build(args, beam_flags: List[str]) -> int:
