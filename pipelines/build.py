@@ -47,6 +47,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from tfrecord_io import files
+from tfrecord_io._version import __version__
 from tfrecord_io.writer import RecordWriter
 
 from . import dataset_dir, splits
@@ -55,7 +56,7 @@ from .encoders_config import make_encoders, media_columns
 from .manifest import load_rows, row_key
 from .progress import CountProgress, ProgressPrinter
 
-TOOL_VERSION = "0.1.0"
+TOOL_VERSION = __version__
 META_DIR = "_shards"
 REJECTED_NAME = "rejected-00000-of-00001.jsonl"
 WRITE_BATCH = 64

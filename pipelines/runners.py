@@ -11,7 +11,7 @@ try to download a jar or binary that this network does not serve.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Sequence
 
 BEAM_VERSION = "2.62.0"
 FLINK_VERSION = "1.19"
@@ -72,18 +72,3 @@ def add_runner_binaries(flags: Sequence[str]) -> List[str]:
     if f"--{option}" in given or "--job_endpoint" in given:
         return flags
     return flags + [f"--{option}={cached_path(runner.rsplit('.', 1)[-1])}"]
-
-
-def with_runner_binaries(runner_cfg: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
-    """A copy of a config ``runner`` section with the job-server jar / Prism binary
-    filled in from the cache when the config does not name one itself."""
-    cfg: Dict[str, Any] = dict(runner_cfg or {})
-    options = dict(cfg.get("options") or {})
-    key = str(cfg.get("runner") or "").lower()
-    if key in _CACHED:
-        option, _ = _CACHED[key]
-        uses_endpoint = "job_endpoint" in options  # an already running job server
-        if not options.get(option) and not uses_endpoint:
-            options[option] = cached_path(cfg["runner"])
-    cfg["options"] = options
-    return cfg
