@@ -29,6 +29,24 @@ def _flag(name: str, value: Any) -> List[str]:
     return [f"--{name}={value}"]
 
 
+def runner_section(path: Optional[str]) -> Optional[dict]:
+    """The runner section of a ``--runner-config`` YAML (its ``runner:`` mapping, or the
+    whole file when it is only that), or None without a file."""
+    if not path:
+        return None
+    import yaml
+
+    with open(path, encoding="utf-8") as f:
+        data = yaml.safe_load(f) or {}
+    return data.get("runner", data)
+
+
+def command_flags(runner_config: Optional[str], passthrough: Sequence[str]) -> List[str]:
+    """Flags for a command without a job config: ``--runner-config``'s section under
+    the Beam flags given on the command line (see :func:`beam_args`)."""
+    return beam_args(runner_section(runner_config), passthrough)
+
+
 def beam_args(runner_cfg: Optional[Mapping[str, Any]], passthrough: Sequence[str], quiet: bool = True) -> List[str]:
     """Flags for ``PipelineOptions``: local defaults < config < command line."""
     merged: Dict[str, Any] = dict(LOCAL_DEFAULTS)

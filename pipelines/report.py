@@ -27,7 +27,6 @@ import html
 import json
 import os
 import re
-import sys
 import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
@@ -574,24 +573,3 @@ def render_page(inp: ReportInput, columns: List[ReportColumn], result: JobResult
             "media-src data:; style-src 'unsafe-inline'\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)} - report</title>"
             f"<style>{STYLE}</style></head><body>{''.join(body)}</body></html>\n")
-
-
-# --------------------------------------------------------------------------- command
-
-
-def cmd_report(args, beam_flags: List[str]) -> int:
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from .cli import _runner_section
-    from .options import beam_args, is_local
-
-    flags = beam_args(_runner_section(args.runner_config), beam_flags)
-    try:
-        summary = run_report(args.paths, PipelineOptions(flags), args.output, splits=args.split or None,
-                             samples=args.samples, validation=args.validation,
-                             progress=not args.no_progress and is_local(flags))
-    except (FileNotFoundError, ImportError) as err:
-        print(f"tfrecord-io report: {err}", file=sys.stderr)
-        return 2
-    print("\n".join(summary.lines()))
-    return 0

@@ -10,8 +10,7 @@ status is 1 when there is any.
 
 from __future__ import annotations
 
-import json
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import apache_beam as beam
 
@@ -19,19 +18,8 @@ from tfrecord_io import files
 
 from . import dataset_dir
 from .collect import ResultDir
-from .options import beam_args, is_local
+from .inputs import dataset_target
 from .progress import CountProgress, ProgressPrinter
-
-
-def dataset_target(paths: List[str]) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
-    """``(version_dir, info)`` when ``paths`` names one built dataset (its root, following
-    ``LATEST``, or a version directory; local or any Beam filesystem), else ``(None, None)``."""
-    version_dir, info = dataset_dir.find_dataset(paths)
-    return (version_dir, info) if info is not None else (None, None)
-
-
-def _shards(version_dir: str, info: Dict[str, Any]) -> List[Dict[str, Any]]:
-    return dataset_dir.dataset_shards(version_dir, info)
 
 
 def _unlisted_files(version_dir: str, listed: List[str]) -> List[str]:
@@ -60,7 +48,7 @@ def run_validate(paths: List[str], options, checksums: bool = True, progress: bo
     shards: List[Dict[str, Any]] = []
     spec = None
     if info is not None:
-        shards = _shards(version_dir, info)
+        shards = dataset_dir.dataset_shards(version_dir, info)
         patterns = [s["abspath"] for s in shards if files.exists(s["abspath"])]
         spec = list(info.get("features", {}).values()) or None
     else:
@@ -142,20 +130,3 @@ def summary_lines(report: Dict[str, Any], limit: int = 20) -> List[str]:
     if len(report["problems"]) > limit:
         lines.append(f"  ... and {len(report['problems']) - limit} more (see the JSON report)")
     return lines
-
-
-def cmd_validate(args, beam_flags: List[str]) -> int:
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from .cli import _runner_section
-
-    flags = beam_args(_runner_section(args.runner_config), beam_flags)
-    report = run_validate(args.paths, PipelineOptions(flags), checksums=not args.no_checksums,
-                          progress=not args.no_progress and is_local(flags))
-    if args.report:
-        with open(args.report, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2, sort_keys=True)
-    print("\n".join(summary_lines(report)))
-    if args.report:
-        print(f"report: {args.report}")
-    return 0 if report["ok"] else 1
