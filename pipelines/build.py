@@ -48,6 +48,7 @@ from apache_beam.metrics import Metrics
 
 from tfrecord_io import files
 from tfrecord_io._version import __version__
+from tfrecord_io.beam_sink import DEFAULT_SHARD_NAME_TEMPLATE, shard_name
 from tfrecord_io.writer import RecordWriter
 
 from . import dataset_dir, splits
@@ -62,9 +63,11 @@ REJECTED_NAME = "rejected-00000-of-00001.jsonl"
 WRITE_BATCH = 64
 
 
-def shard_name(name: str, split: str, shard: int, num_shards: int, compression: str) -> str:
-    suffix = {"gzip": ".gz", "zlib": ".zz"}.get(compression, "")
-    return f"{name}-{split}.tfrecord-{shard:05d}-of-{num_shards:05d}{suffix}"
+def dataset_shard_name(name: str, split: str, shard: int, num_shards: int, compression: str) -> str:
+    """A built dataset's shard file name, TFDS's: ``<name>-<split>.tfrecord-00000-of-00004[.gz]``
+    (the sink's :func:`~tfrecord_io.beam_sink.shard_name` with its default template)."""
+    return shard_name(f"{name}-{split}.tfrecord", files.compression_suffix(compression),
+                      DEFAULT_SHARD_NAME_TEMPLATE, shard, num_shards)
 
 
 @dataclass
@@ -130,7 +133,7 @@ class WriteShard(beam.DoFn):
             yield data
 
     def _write(self, task: ShardTask) -> Dict[str, Any]:
-        relpath = f"{task.split}/{shard_name(self._name, task.split, task.shard, task.num_shards, self._compression)}"
+        relpath = f"{task.split}/{dataset_shard_name(self._name, task.split, task.shard, task.num_shards, self._compression)}"
         final = files.join(self._dir, relpath)
         index_path = final + ".index" if self._write_index else None
         if not files.is_remote(final):

@@ -12,6 +12,7 @@ import os
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from tfrecord_io import files
+from tfrecord_io.index import INDEX_SUFFIXES
 
 from . import dataset_dir
 
@@ -25,7 +26,7 @@ def dataset_target(paths: List[str]) -> Tuple[Optional[str], Optional[Dict[str, 
 
 def _tfrecord_files(names: Iterable[str]) -> List[str]:
     return [p for p in names if ".tfrecord" in p.rsplit("/", 1)[-1]
-            and not p.endswith((".index", ".idx", ".tfindex", ".tmp")) and not p.rsplit("/", 1)[-1].startswith((".", "_"))]
+            and not p.endswith((*INDEX_SUFFIXES, ".tmp")) and not p.rsplit("/", 1)[-1].startswith((".", "_"))]
 
 
 def expand_patterns(patterns: Iterable[str]) -> List[str]:
@@ -43,7 +44,7 @@ def expand_patterns(patterns: Iterable[str]) -> List[str]:
         elif files.is_remote(pattern) and not dataset_dir._is_pattern(pattern) and not files.exists(pattern):
             out.extend(_tfrecord_files(files.list_prefix(pattern)))  # a "directory" on an object store
         else:
-            out.extend(p for p in files.glob(pattern) if not p.endswith((".index", ".idx", ".tfindex")))
+            out.extend(p for p in files.glob(pattern) if not p.endswith(INDEX_SUFFIXES))
     return sorted(dict.fromkeys(out))
 
 

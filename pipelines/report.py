@@ -31,6 +31,7 @@ import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 from tfrecord_io import datasets, files
+from tfrecord_io.index import INDEX_SUFFIXES
 
 from .dataset_dir import DatasetDirError
 from .report_stats import (
@@ -124,7 +125,7 @@ def resolve_input(paths: Sequence[str], splits: Optional[Sequence[str]] = None) 
                 found += sorted(_glob.glob(pattern, recursive=True))
             else:
                 found += files.glob(pattern)
-        found = sorted({p for p in found if not p.endswith((".index", ".idx", ".tfindex", ".json", ".jsonl"))})
+        found = sorted({p for p in found if not p.endswith((*INDEX_SUFFIXES, ".json", ".jsonl"))})
         if not found:
             raise ReportError(f"no TFRecord files match {' '.join(paths)}")
         shards = [Shard(_split_of(p), p, p.rsplit("/", 1)[-1]) for p in found]

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import apache_beam as beam
 
+from tfrecord_io import files
 from tfrecord_io.codec import Example
 
 from .collect import ResultDir
@@ -59,7 +60,7 @@ def run_reshard(paths: List[str], output: str, options, num_shards: int = 0, com
     inputs = resolve_inputs(paths)
     if not inputs:
         raise FileNotFoundError(f"no TFRecord files match {' '.join(paths)}")
-    suffix = ".tfrecord" + {"gzip": ".gz", "zlib": ".zz"}.get(compression, "")
+    suffix = ".tfrecord" + files.compression_suffix(compression)
     with ProgressPrinter("reshard", enabled=progress, rate_stage="read") as bar:
         with ResultDir() as results:
             with beam.Pipeline(options=options) as p:

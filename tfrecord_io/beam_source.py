@@ -52,9 +52,16 @@ from apache_beam.typehints import Tuple as TupleHint
 from . import files
 from .codec import Description, parse_example
 from .errors import ExampleCodecError, IndexFileError
-from .crc import masked_crc32c
-from .framing import DEFAULT_MAX_RECORD_BYTES, FRAME_OVERHEAD, HEADER_SIZE, CorruptRegion, FrameStream, check_max_record_bytes
-from .index import RecordIndex, find_index, load_index
+from .framing import (
+    DEFAULT_MAX_RECORD_BYTES,
+    FRAME_OVERHEAD,
+    HEADER_SIZE,
+    CorruptRegion,
+    FrameStream,
+    check_max_record_bytes,
+    length_crc_ok,
+)
+from .index import INDEX_SUFFIXES, RecordIndex, find_index, load_index
 from .reader import read_records
 
 METRICS_NAMESPACE = "tfrecord_io"
@@ -411,16 +418,13 @@ def _index_start_ok(path: str, index: RecordIndex, start: int) -> bool:
     if len(header) < HEADER_SIZE:
         return False
     length = int.from_bytes(header[:8], "little")
-    return masked_crc32c(header[:8]) == int.from_bytes(header[8:], "little") and length + FRAME_OVERHEAD == int(
+    return length_crc_ok(header) and length + FRAME_OVERHEAD == int(
         index.sizes[i]
     )
 
 
 def _dead_letter_entry(region: CorruptRegion) -> Dict[str, Any]:
     return {"path": region.path, "start": region.start, "end": region.end, "reason": region.reason}
-
-
-_SIDECAR_SUFFIXES = (".index", ".idx", ".tfindex")
 
 
 def index_sidecar_of(path: str) -> Optional[str]:
@@ -434,13 +438,13 @@ def index_sidecar_of(path: str) -> Optional[str]:
     import glob as _glob
 
     stem, ext = os.path.splitext(path)
-    if ext not in _SIDECAR_SUFFIXES:
+    if ext not in INDEX_SUFFIXES:
         return None
     candidates = [stem]
     if ext in (".tfindex", ".index"):
         candidates += files.glob(_glob.escape(stem) + ".*")
     for candidate in candidates:
-        if candidate != path and os.path.splitext(candidate)[1] not in _SIDECAR_SUFFIXES and files.exists(candidate):
+        if candidate != path and os.path.splitext(candidate)[1] not in INDEX_SUFFIXES and files.exists(candidate):
             return candidate
     return None
 
@@ -483,9 +487,9 @@ class _ToFileElements(beam.DoFn):
 def _is_sidecar(path: str, matched: "set[str]") -> bool:
     """Is ``path`` the index of a file that is also in ``matched`` (or beside it)?"""
     stem, ext = os.path.splitext(path)
-    if ext not in _SIDECAR_SUFFIXES:
+    if ext not in INDEX_SUFFIXES:
         return False
-    if stem in matched and os.path.splitext(stem)[1] not in _SIDECAR_SUFFIXES:
+    if stem in matched and os.path.splitext(stem)[1] not in INDEX_SUFFIXES:
         return True
     return index_sidecar_of(path) is not None
 

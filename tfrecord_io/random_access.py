@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -19,12 +18,21 @@ import numpy as np
 from . import files
 from .crc import masked_crc32c
 from .errors import CorruptRecordError, IndexFileError, TruncatedRecordError
-from .framing import BAD_DATA_CRC, BAD_LENGTH_CRC, FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE, FrameStream, _scan_frames
+from .framing import (
+    BAD_DATA_CRC,
+    BAD_LENGTH_CRC,
+    CRC_FIELD,
+    FOOTER_SIZE,
+    FRAME_OVERHEAD,
+    HEADER_SIZE,
+    LENGTH_FIELD,
+    FrameStream,
+    _scan_frames,
+    length_crc_ok,
+)
 from .index import RecordIndex, build_index, find_index, load_index
 from .reader import read_records
 
-_HEADER = struct.Struct("<QI")
-_U32 = struct.Struct("<I")
 
 
 def decode_frame(frame, path: str = "<buffer>", offset: int = 0, check_crc: bool = True) -> memoryview:
@@ -40,8 +48,8 @@ def decode_frame(frame, path: str = "<buffer>", offset: int = 0, check_crc: bool
     n = len(mv)
     if n < FRAME_OVERHEAD:
         raise TruncatedRecordError(f"truncated record: {n} bytes, less than a 16-byte empty frame", path, offset)
-    length, length_crc = _HEADER.unpack_from(mv, 0)
-    if check_crc and masked_crc32c(mv[:8]) != length_crc:
+    length = LENGTH_FIELD.unpack_from(mv, 0)[0]
+    if check_crc and not length_crc_ok(mv):
         raise CorruptRecordError(
             f"corrupt record header: the length field ({length}) does not match its CRC32C", path, offset
         )
@@ -53,7 +61,7 @@ def decode_frame(frame, path: str = "<buffer>", offset: int = 0, check_crc: bool
             offset,
         )
     data = mv[HEADER_SIZE : n - FOOTER_SIZE]
-    if check_crc and masked_crc32c(data) != _U32.unpack_from(mv, n - FOOTER_SIZE)[0]:
+    if check_crc and masked_crc32c(data) != CRC_FIELD.unpack_from(mv, n - FOOTER_SIZE)[0]:
         raise CorruptRecordError(
             f"corrupt record data: the {length} data bytes do not match their CRC32C", path, offset
         )

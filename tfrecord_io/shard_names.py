@@ -11,6 +11,7 @@ import warnings
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 from . import files
+from .index import INDEX_SUFFIXES  # index files beside data files, which a glob such as data/train-* also matches
 
 PathSpec = Union[str, Sequence[str]]
 
@@ -18,10 +19,6 @@ PathSpec = Union[str, Sequence[str]]
 TFDS_NAME = re.compile(r"^(?P<dataset>.+)-(?P<split>[^-/]+)\.(?P<ext>[^-/.]+)-(?P<shard>\d+)-of-(?P<count>\d+)$")
 
 _GLOB_CHARS = set("*?[")
-
-#: Index files beside data files, which a glob such as ``data/train-*`` also matches.
-INDEX_SUFFIXES = (".index", ".idx", ".tfindex")
-
 
 def has_glob(path: str) -> bool:
     return any(c in path for c in _GLOB_CHARS)
