@@ -145,6 +145,41 @@ def scan_mapped(
     yield from stream.frames(stop=end)  # type: ignore[misc]
 
 
+def _open_indexed(path: str, need: int) -> Tuple[Optional[memoryview], Any]:
+    """``(mapping, None)`` for a local file that can be memory-mapped (checked to hold
+    the ``need`` bytes the index gives), else ``(None, stream)`` to read blocks from."""
+    if not files.is_remote(path):
+        try:
+            whole = _map_local(path)
+        except (OSError, ValueError):  # a file system without mmap: read blocks instead
+            whole = None
+        if whole is not None:
+            if len(whole) < need:
+                raise TruncatedRecordError(
+                    f"truncated file: the index gives frames up to byte {need} but the file ends at {len(whole)}",
+                    path,
+                    len(whole),
+                )
+            return whole, None
+    return None, files.open_raw(path, "rb")
+
+
+def _block(path: str, whole: Optional[memoryview], handle: Any, start: int, size: int) -> Tuple[Any, int]:
+    """A buffer holding bytes ``start .. start + size`` of the file and the file offset
+    of the buffer's first byte: the whole mapping, or those bytes read from ``handle``."""
+    if whole is not None:
+        return whole, 0
+    buf = _read_at(handle, start, size)
+    if len(buf) < size:
+        raise TruncatedRecordError(
+            f"truncated file: the index gives frames up to byte {start + size} but the file "
+            f"ends at {start + len(buf)}",
+            path,
+            start,
+        )
+    return buf, start
+
+
 def read_indexed(
     path: str,
     index: RecordIndex,
@@ -171,24 +206,8 @@ def read_indexed(
         return
     offsets, sizes = index.offsets, index.sizes
     ends = offsets[first:last] + sizes[first:last]
-    handle: Any = None
-    whole: Optional[memoryview] = None
-    if not files.is_remote(path):
-        try:
-            whole = _map_local(path)
-        except (OSError, ValueError):  # a file system without mmap: read blocks instead
-            whole = None
-    if whole is None:
-        handle = files.open_raw(path, "rb")
+    whole, handle = _open_indexed(path, int(ends[-1]))
     try:
-        if whole is not None:
-            need = int(ends[-1])
-            if len(whole) < need:
-                raise TruncatedRecordError(
-                    f"truncated file: the index gives frames up to byte {need} but the file ends at {len(whole)}",
-                    path,
-                    len(whole),
-                )
         i = first
         while i < last:
             start = int(offsets[i])
@@ -196,19 +215,7 @@ def read_indexed(
             j = max(i + 1, first + int(np.searchsorted(ends, start + block_size, side="right")))
             j = min(j, last)
             size = int(ends[j - 1 - first]) - start
-            if whole is not None:
-                buf: Any = whole
-                base = 0
-            else:
-                buf = _read_at(handle, start, size)
-                base = start
-                if len(buf) < size:
-                    raise TruncatedRecordError(
-                        f"truncated file: the index gives frames up to byte {start + size} but the file "
-                        f"ends at {start + len(buf)}",
-                        path,
-                        start,
-                    )
+            buf, base = _block(path, whole, handle, start, size)
             out: List[int] = []
             pos, status = _scan_frames(buf, start - base, start - base + size, check_crc, out)
             starts = out[0::2]
