@@ -250,10 +250,7 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
             yield from self._process_whole(path, kind, tracker)
             return
         start, stop = restriction.start, restriction.stop
-        index = self._index_for(path, size) if start > 0 else None
-        if index is not None and not _index_start_ok(path, index, start):
-            self._stale.inc()  # same size but other boundaries: resynchronise instead
-            index = None
+        index = self._range_index(path, size, start)
         items = read_records(
             path,
             start,
@@ -309,13 +306,28 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
             end_of_last = offs[-1] + len(datas[-1]) + FRAME_OVERHEAD
             stopped = yield from self._emit(path, offs, datas, tracker)
         if not stopped:
-            if end_of_last is not None and end_of_last >= stop and end_of_last < size:
-                region = self._next_frame_problem(path, size, end_of_last)
-                if region is not None:
-                    self._corrupt.inc()
-                    yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead_letter_entry(region))
-            # Mark the rest of the range done (check_done needs a claim attempt at its end).
-            tracker.try_claim(tracker.current_restriction().stop)
+            yield from self._finish_range(path, size, stop, end_of_last, tracker)
+
+    def _range_index(self, path: str, size: int, start: int) -> Optional[RecordIndex]:
+        """The index to find this range's first record by, or None to resynchronise
+        (the first range starts at a frame; an index with other boundaries is stale)."""
+        index = self._index_for(path, size) if start > 0 else None
+        if index is not None and not _index_start_ok(path, index, start):
+            self._stale.inc()  # same size but other boundaries: resynchronise instead
+            index = None
+        return index
+
+    def _finish_range(self, path: str, size: int, stop: int, end_of_last: Optional[int], tracker) -> Iterator[Any]:
+        """After the last record of a range: when that record ends at or past the range's
+        end, a corrupt frame right after it is reported here (the next range, starting
+        on it, skips it; see the module doc), then the rest of the range is claimed."""
+        if end_of_last is not None and end_of_last >= stop and end_of_last < size:
+            region = self._next_frame_problem(path, size, end_of_last)
+            if region is not None:
+                self._corrupt.inc()
+                yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead_letter_entry(region))
+        # Mark the rest of the range done (check_done needs a claim attempt at its end).
+        tracker.try_claim(tracker.current_restriction().stop)
 
     def _emit(self, path: str, offs: List[int], datas: List[Any], tracker):
         """Claim a chunk of records read ahead, by the offset of its last record, and
