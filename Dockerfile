@@ -1,6 +1,7 @@
 # tfrecord-io worker and job image.
 #
-# Based on Apache Beam's Python SDK image of the version setup.py pins, so it serves
+# Based on Apache Beam's Python SDK image of the Beam version constraints/pinned.txt pins
+# (the release the Flink / Spark job servers in runners/ are built from), so it serves
 # both as the SDK harness of Flink / Spark / Dataflow workers
 #   --environment_type=DOCKER --environment_config=<this image>     (Flink, Spark)
 #   --sdk_container_image=<this image>                              (Dataflow)
@@ -9,8 +10,9 @@
 #
 # Build: docker build -t tfrecord-io:$(python3 setup.py --version) .
 #   (the one version source is tfrecord_io/_version.py)
-# The Beam version here must equal setup.py's apache-beam pin (a test checks it):
-# workers and launcher must run the same SDK.
+# The Beam version here must equal constraints/pinned.txt's apache-beam (a test checks
+# it): workers and launcher must run the same SDK. For another Beam release, change both
+# (FROM apache/beam_python3.X_sdk:<version>, and a constraints file of that release).
 FROM apache/beam_python3.11_sdk:2.62.0
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -24,13 +26,15 @@ RUN apt-get update \
 
 WORKDIR /opt/tfrecord-io
 COPY setup.py README.md ./
+COPY constraints ./constraints
 COPY tfrecord_io ./tfrecord_io
 COPY transforms ./transforms
 COPY pipelines ./pipelines
 COPY configs ./configs
 
-# The image's apache-beam is already the pinned version; pip keeps it.
-RUN pip install ".[media,report]" \
+# Exact versions of the pinned lane, so the image runs what CI tested; the image's
+# apache-beam is already the pinned version, so pip keeps it.
+RUN pip install -c constraints/pinned.txt ".[media,report]" \
     && python -c "import tfrecord_io, transforms, pipelines.cli; print('tfrecord-io', tfrecord_io.__version__)"
 
 # Keep Beam's SDK harness boot as the entry point (what runners start).

@@ -8,6 +8,7 @@ on the local DirectRunner with 2 worker processes.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import List, Optional
 
@@ -176,6 +177,11 @@ def _usage_errors() -> tuple:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    # Newer Beam releases (2.77) log notes on optional dependencies with logging.warning()
+    # when imported, which would configure the root logger and print them on every run;
+    # the job's own log (JobLog, below) takes logging over from here.
+    if not logging.getLogger().handlers:
+        logging.getLogger().addHandler(logging.NullHandler())
     from .commands import COMMANDS, reshard_state
     from .failures import (
         EXIT_FAILED,

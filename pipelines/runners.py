@@ -11,9 +11,12 @@ try to download a jar or binary that this network does not serve.
 from __future__ import annotations
 
 import os
+from importlib.metadata import version
 from typing import Dict, List, Sequence
 
-BEAM_VERSION = "2.62.0"
+# A job server or Prism must match the SDK that submits to it: the files of the
+# installed apache-beam (scripts/fetch-runners builds them for that version too).
+BEAM_VERSION = version("apache-beam")
 FLINK_VERSION = "1.19"
 
 FLINK_JAR = f"beam-runners-flink-{FLINK_VERSION}-job-server-{BEAM_VERSION}.jar"

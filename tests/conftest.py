@@ -1,20 +1,129 @@
-"""Test session setup shared by every test module.
+"""Test session setup shared by every test module: the Beam pickler, and what Beam's
+worker processes can import.
 
-Beam's multi-processing runner starts worker processes that unpickle DoFns and
-functions by module name (Beam 2.62 pickles with dill, by reference), so those workers
-must be able to import this checkout and the test modules (imported by pytest under
-their bare names from ``tests/``): put both folders on ``PYTHONPATH`` for every
-subprocess the tests start.
+Pickler. Beam pickles the DoFns and functions of a pipeline with dill (the default up
+to Beam 2.64, so in the pinned lane) or cloudpickle (the default from 2.65, so in the
+newest lane). ``--beam-pickler=dill|cloudpickle`` (or ``TFRECORD_IO_BEAM_PICKLER``)
+makes every ``beam.Pipeline`` built in the test process use that library -- written
+into its options, so its workers load with the same one; ``default`` leaves Beam's.
+``scripts/test`` runs the tests marked ``beam`` (modules that build pipelines in this
+process) a second time under the other library. Jobs the tests start as CLI
+subprocesses use Beam's default.
+
+Worker processes. The ``multi_processing`` DirectRunner (and any runner whose SDK
+workers are separate processes) starts workers that import code by module name, so
+this checkout goes first on ``PYTHONPATH`` for every subprocess (else a worker could
+import another installed copy of ``tfrecord_io``). Code that a test defines and runs
+inside a pipeline (a DoFn class, a lambda, ``beam_support``'s collector) is shipped
+differently by the two libraries:
+
+- cloudpickle: every module under ``tests/`` is registered to be pickled *by value*
+  (``cloudpickle.register_pickle_by_value``), so a worker never imports a test module
+  and ``tests/`` is not on the workers' path -- as on a cluster whose workers have only
+  the installed package.
+- dill pickles a function's module globals by reference ("import test_beam_read" on
+  the worker) and offers no by-value registration (its ``recurse`` setting, which
+  would pickle just the globals a function uses, misreads Python 3.11+ bytecode and
+  drops names), so under dill -- and only then -- ``tests/`` goes on ``PYTHONPATH`` too.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+import sys
+from typing import Dict
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS)
-_paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-os.environ["PYTHONPATH"] = os.pathsep.join([REPO, TESTS, *[p for p in _paths if p not in (REPO, TESTS)]])
+PICKLERS = ("default", "dill", "cloudpickle")
 
 # The S3 server fixtures (``s3_server``, ``s3_bucket``): a real versitygw on 127.0.0.1.
 pytest_plugins = ["s3support"]
+
+# A test module that builds Beam pipelines in the test process (directly or through the
+# project's job functions) calls one of these.
+_BUILDS_PIPELINES = re.compile(r"\b(Pipeline|run_pipeline|run_build|run_validate)\(")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--beam-pickler",
+        choices=PICKLERS,
+        default=os.environ.get("TFRECORD_IO_BEAM_PICKLER") or "default",
+        help="pickle library for every Beam pipeline the tests build "
+        "(default: Beam's own; env TFRECORD_IO_BEAM_PICKLER)",
+    )
+
+
+def pytest_configure(config):
+    library = _use_pickler(config.getoption("--beam-pickler"))
+    _set_worker_path([REPO, TESTS] if library == "dill" else [REPO])
+
+
+def pytest_report_header(config):
+    return f"beam pickler: {_effective(config.getoption('--beam-pickler'))}; workers' PYTHONPATH: {os.environ['PYTHONPATH']}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests of every module that builds pipelines (``-m beam`` selects them)."""
+    import pytest
+
+    builds: Dict[str, bool] = {}
+    for item in items:
+        path = str(item.fspath)
+        if path not in builds:
+            with open(path, encoding="utf-8") as f:
+                builds[path] = bool(_BUILDS_PIPELINES.search(f.read()))
+        if builds[path]:
+            item.add_marker(pytest.mark.beam)
+
+
+def _set_worker_path(first: list) -> None:
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in (REPO, TESTS)]
+    os.environ["PYTHONPATH"] = os.pathsep.join(first + rest)
+
+
+def _effective(library: str) -> str:
+    """``default`` -> the library this Beam uses by default."""
+    if library != "default":
+        return library
+    from apache_beam.internal import pickler
+
+    return pickler.DEFAULT_PICKLE_LIB
+
+
+def _register_test_modules_by_value() -> None:
+    """cloudpickle: pickle everything defined under tests/ by value (see the docstring)."""
+    from apache_beam.internal import cloudpickle_pickler
+
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None) or ""
+        if path.startswith(TESTS + os.sep):
+            cloudpickle_pickler.cloudpickle.register_pickle_by_value(module)
+
+
+def _use_pickler(library: str) -> str:
+    """Make every Pipeline built from now on use ``library`` (unless its options name
+    one) and ship test code by value under cloudpickle; returns the effective library."""
+    import apache_beam as beam
+    from apache_beam.internal import pickler
+    from apache_beam.options.pipeline_options import SetupOptions
+
+    if library != "default":
+        pickler.set_library(library)  # fails here, not in a test, if the library is missing
+    original = beam.Pipeline.__init__
+
+    @functools.wraps(original)
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        setup = self.options.view_as(SetupOptions)
+        if library != "default" and setup.pickle_library == "default":
+            setup.pickle_library = library  # in the options, so the workers use it too
+            pickler.set_library(library)
+        if _effective(setup.pickle_library) == "cloudpickle":
+            _register_test_modules_by_value()
+
+    beam.Pipeline.__init__ = init
+    return _effective(library)

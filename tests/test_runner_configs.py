@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -142,7 +143,7 @@ def test_fetch_runners_keeps_up_to_date_outputs(cache, tmp_path):
             (cache / f"{jar}.pom.sha256").write_text(hashlib.sha256(f.read()).hexdigest() + "\n")
         os.utime(cache / jar, (1, 1))  # older than the pom: only the stamp says "current"
     (cache / PRISM_BIN).chmod(0o755)
-    env = {"PATH": _fake_tools(tmp_path), "HOME": str(tmp_path), "TFRECORD_IO_RUNNER_CACHE": str(cache)}
+    env = {"PATH": _fake_tools(tmp_path), "HOME": str(tmp_path), "TFRECORD_IO_RUNNER_CACHE": str(cache), "PYTHON": sys.executable}
     proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "fetch-runners")],
                           capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -159,7 +160,7 @@ def test_fetch_runners_rebuilds_a_stale_jar_and_reports_failure(cache, tmp_path)
     fails, the old jar stays, the exit status is 1 and the message names the pom."""
     (cache / f"{FLINK_JAR}.pom.sha256").write_text("0" * 64 + "\n")
     os.utime(cache / FLINK_JAR, (1, 1))
-    env = {"PATH": _fake_tools(tmp_path), "HOME": str(tmp_path), "TFRECORD_IO_RUNNER_CACHE": str(cache)}
+    env = {"PATH": _fake_tools(tmp_path), "HOME": str(tmp_path), "TFRECORD_IO_RUNNER_CACHE": str(cache), "PYTHON": sys.executable}
     proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "fetch-runners"), "--only", "flink"],
                           capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 1

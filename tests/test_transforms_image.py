@@ -375,3 +375,18 @@ def test_bit_depth_conversions_scale_the_range_instead_of_clipping():
     feats, out = roundtrip(image_bytes(PILImage.fromarray(gray), "PNG"), Image(mode="I;16"))
     assert out.dtype == np.uint16 and feats["image/dtype"] == b"uint16"
     np.testing.assert_array_equal(out[..., 0], gray.astype(np.uint16) * 257)
+
+
+def test_kept_jpeg_is_proved_whole_by_its_scan_decode():
+    """Kept JPEG bytes are checked by a 1/8-scale decode of all their data: broken scan
+    data is still rejected, and the shape recorded is the full image's, not the draft's."""
+    whole = image_bytes(PILImage.fromarray(pixels(96, 160, 3)), "JPEG", quality=90)
+    features, decoded = roundtrip(whole, Image())
+    assert features["image/encoded"] == whole
+    assert (int(features["image/height"][0]), int(features["image/width"][0])) == (96, 160)
+    assert decoded.shape == (96, 160, 3)
+    broken = bytearray(whole)
+    middle = len(whole) // 2
+    broken[middle:middle + 40] = b"\xff" * 40
+    err = reject(bytes(broken))
+    assert err.stage == "decode" and "corrupt or truncated" in err.reason

@@ -133,7 +133,8 @@ class _EmptySafeWriter(io.RawIOBase):
 def file_size(path: str) -> int:
     """Size in bytes of the stored file."""
     if is_remote(path):
-        # Beam 2.62's FileSystems has no metadata(); match() on the exact path gives it.
+        # Beam's FileSystems has no metadata() (not in 2.62 nor 2.77, the ends of the
+        # supported range); match() on the exact path gives it.
         from apache_beam.io.filesystem import BeamIOError
 
         try:
