@@ -13,6 +13,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from tfrecord_io import files
 from tfrecord_io.index import INDEX_SUFFIXES
+from tfrecord_io.path_specs import has_glob
 
 from . import dataset_dir
 
@@ -41,7 +42,7 @@ def expand_patterns(patterns: Iterable[str]) -> List[str]:
         elif os.path.isdir(pattern):
             for root, _, names in os.walk(pattern):
                 out.extend(_tfrecord_files(os.path.join(root, name) for name in sorted(names)))
-        elif files.is_remote(pattern) and not dataset_dir._is_pattern(pattern) and not files.exists(pattern):
+        elif files.is_remote(pattern) and not has_glob(pattern) and not files.exists(pattern):
             out.extend(_tfrecord_files(files.list_prefix(pattern)))  # a "directory" on an object store
         else:
             out.extend(p for p in files.glob(pattern) if not p.endswith(INDEX_SUFFIXES))
