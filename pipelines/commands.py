@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Callable, Dict, List, Optional
 
-from .options import beam_args, command_flags, is_local, runner_section
+from .options import beam_args, command_flags, is_local, pipeline_options, runner_section
 
 
 def cmd_build(args, beam_flags: List[str]) -> int:
@@ -46,14 +46,12 @@ def cmd_build(args, beam_flags: List[str]) -> int:
 
 
 def cmd_index(args, beam_flags: List[str]) -> int:
-    from apache_beam.options.pipeline_options import PipelineOptions
-
     from .dataset_dir import use_filesystems
     from .index_job import run_index
     from .inputs import expand_patterns
     from .progress import ProgressPrinter
 
-    options = PipelineOptions(command_flags(args.runner_config, beam_flags))
+    options = pipeline_options(runner_section(args.runner_config), beam_flags)
     use_filesystems(options, args.paths)  # S3 flags for the launcher; unknown scheme -> exit 2
     paths = expand_patterns(args.paths)
     if not paths:
