@@ -370,23 +370,7 @@ def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print,
         _run_pipeline(plan, version_dir, cfg["output"]["write_index"], options, progress)
         shards, rejected_lines, rejected_path = _collect_shards(plan, version_dir, version)
         written = sum(s["records"] for s in shards)
-        info = {
-            "name": name,
-            "description": cfg.get("description", ""),
-            "version": version,
-            "tool": "tfrecord-io",
-            "tool_version": TOOL_VERSION,
-            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "fingerprint": plan.fingerprint,
-            "features": plan.spec,
-            "encoders": {k: e.to_config() for k, e in plan.encoders.items()},
-            "compression": plan.compression,
-            "splits": _splits_info(shards),
-            "rows_in": len(rows),
-            "records": written,
-            "rejected": len(rejected_lines),
-            "config": cfg,
-        }
+        info = _dataset_info(cfg, plan, version, shards, len(rejected_lines))
         files.delete_prefix(files.join(version_dir, META_DIR))
         dataset_dir.write_info(version_dir, info)
     except BaseException as err:
@@ -415,6 +399,28 @@ def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print,
         seconds=time.monotonic() - started,
         rejected_path=rejected_path if rejected_lines else None,
     )
+
+
+def _dataset_info(cfg: Dict[str, Any], plan: BuildPlan, version: str, shards: List[Dict[str, Any]],
+                  rejected: int) -> Dict[str, Any]:
+    """``dataset_info.json`` of a finished version: what readers and reruns go by."""
+    return {
+        "name": plan.name,
+        "description": cfg.get("description", ""),
+        "version": version,
+        "tool": "tfrecord-io",
+        "tool_version": TOOL_VERSION,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "fingerprint": plan.fingerprint,
+        "features": plan.spec,
+        "encoders": {k: e.to_config() for k, e in plan.encoders.items()},
+        "compression": plan.compression,
+        "splits": _splits_info(shards),
+        "rows_in": len(plan.rows),
+        "records": sum(s["records"] for s in shards),
+        "rejected": rejected,
+        "config": cfg,
+    }
 
 
 def _run_pipeline(plan: BuildPlan, version_dir: str, write_index: bool, options, progress: bool) -> None:
