@@ -164,18 +164,18 @@ class BuildState:
     whether the version this run claimed is gone, unfinished or complete. Any filesystem."""
 
     def __init__(self, out_dir: str):
-        from .dataset_dir import read_latest
-
         self.out_dir = out_dir.rstrip("/") or "/"
         self.version: Optional[str] = None
-        try:
-            self.latest_before = read_latest(self.out_dir)
-        except Exception:  # noqa: BLE001 - an unreachable output is reported by run_build itself
-            self.latest_before = None
+        self.latest_before: Optional[str] = None
 
     def claimed(self, version: str) -> None:
-        """Called by ``run_build`` once it owns ``version``."""
+        """Called by ``run_build`` once it owns ``version``: the filesystem options
+        (S3 credentials ...) are set by then, and nothing is published yet, so this is
+        where the ``LATEST`` the run started from is read."""
+        from .dataset_dir import read_latest
+
         self.version = version
+        self.latest_before = read_latest(self.out_dir)
 
     def __call__(self) -> List[str]:
         from tfrecord_io import files
@@ -184,6 +184,8 @@ class BuildState:
 
         lines = []
         latest = read_latest(self.out_dir)
+        if self.version is None:  # failed before claiming a version: LATEST was not touched
+            self.latest_before = latest
         if latest and latest == self.latest_before:
             lines.append(f"LATEST still points at {latest}; readers see that version, unchanged")
         elif latest:

@@ -7,6 +7,8 @@ explicitly so Beam never goes looking for a runner to download.
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 LOCAL_DEFAULTS: Dict[str, Any] = {
@@ -29,16 +31,12 @@ def _flag(name: str, value: Any) -> List[str]:
     return [f"--{name}={value}"]
 
 
-def runner_section(path: Optional[str]) -> Optional[dict]:
-    """The runner section of a ``--runner-config`` YAML (its ``runner:`` mapping, or the
-    whole file when it is only that), or None without a file."""
+def runner_section(path: Optional[str]) -> Optional[Dict[str, Any]]:
+    """The runner section of a ``--runner-config`` YAML (see :func:`load_runner_section`),
+    or None without a file."""
     if not path:
         return None
-    import yaml
-
-    with open(path, encoding="utf-8") as f:
-        data = yaml.safe_load(f) or {}
-    return data.get("runner", data)
+    return load_runner_section(path)
 
 
 def command_flags(runner_config: Optional[str], passthrough: Sequence[str]) -> List[str]:
@@ -98,3 +96,41 @@ def is_local(args: Sequence[str]) -> bool:
     files of the workers are seen?"""
     name = runner_name(args).rsplit(".", 1)[-1].lower()
     return name in LOCAL_RUNNERS or name + "runner" in LOCAL_RUNNERS or name == "fn_api_runner"
+
+
+_ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand_env(value: Any, where: str, source: str) -> Any:
+    """``value`` with every ``${NAME}`` in its strings replaced by the environment's NAME."""
+    if isinstance(value, dict):
+        return {k: _expand_env(v, f"{where}.{k}", source) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v, f"{where}[{i}]", source) for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def substitute(match: "re.Match[str]") -> str:
+        name = match.group(1)
+        if name not in os.environ:
+            from .config import ConfigError
+
+            raise ConfigError(
+                f"{source}: {where}: environment variable {name} is not set "
+                f"(for configs/*-cluster.yaml: run scripts/cluster up and source the cluster.env it prints)"
+            )
+        return os.environ[name]
+
+    return _ENV_VAR.sub(substitute, value)
+
+
+def load_runner_section(path: str) -> Dict[str, Any]:
+    """The ``runner`` section of a runner config file (or the whole file if it has none),
+    with ``${NAME}`` replaced from the environment -- how ``configs/*-cluster.yaml`` get the
+    addresses ``scripts/cluster up`` wrote to its ``cluster.env``. An unset variable is a
+    ConfigError naming the file, the field and the variable."""
+    import yaml
+
+    with open(path, encoding="utf-8") as f:
+        data = yaml.safe_load(f) or {}
+    return _expand_env(data.get("runner", data), "runner", path)
