@@ -13,12 +13,14 @@ where they fail.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 from typing import Dict, List, Optional, Tuple
 
 import pytest
@@ -73,9 +75,9 @@ class Airflow:
         env.update(extra)
         return env
 
-    def run(self, args: List[str], output: str, log_path: str, timeout: int = DAG_RUN_TIMEOUT) -> int:
+    def run(self, args: List[str], output: str, log_path: str, timeout: int = DAG_RUN_TIMEOUT, **env: str) -> int:
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen([self.bin, *args], env=self.env(output), stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen([self.bin, *args], env=self.env(output, **env), stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             return _wait(proc, timeout)
 
@@ -284,3 +286,40 @@ def test_build_attempt_killed_mid_write_is_retried_into_one_whole_version(airflo
     assert tries["build"] == [(1, "failed"), (2, "success")], tries
     assert tries["validate"] == [(1, "success")], tries
     _assert_one_whole_version(out, version)
+
+
+@pytest.mark.cluster
+def test_dag_on_flink_runner_against_a_standalone_cluster(airflow, tmp_path):
+    """The same DAG with ``TFRECORD_IO_RUNNER=FlinkRunner``, submitting through the job
+    server of a Flink session cluster started by ``scripts/cluster`` (JobManager, two
+    TaskManagers, a Beam worker pool beside each): the build runs on the cluster."""
+    cluster_dir = str(tmp_path / "cluster")
+    script = [sys.executable, os.path.join(REPO, "scripts", "cluster")]
+    up = subprocess.run([*script, "up", "flink", "--dir", cluster_dir, "--workers", "2", "--timeout", "240"],
+                        capture_output=True, text=True, timeout=600)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        with open(os.path.join(cluster_dir, "cluster.json"), encoding="utf-8") as f:
+            endpoints = json.load(f)["endpoints"]
+        beam_options = {
+            "job_endpoint": endpoints["TFRECORD_IO_FLINK_JOB_ENDPOINT"],
+            "environment_type": "EXTERNAL",
+            "environment_config": endpoints["TFRECORD_IO_FLINK_WORKER_POOL"],
+            "parallelism": 2,
+        }
+        out, log = str(tmp_path / "dataset"), str(tmp_path / "dags-test.log")
+        date, date_sql, version = "2026-11-28T02:00:00+00:00", "2026-11-28 02:00:00.000000", "20261128T020000"
+        rc = airflow.run(["dags", "test", DAG_ID, date], output=out, log_path=log,
+                         TFRECORD_IO_RUNNER="FlinkRunner", TFRECORD_IO_BEAM_OPTIONS=json.dumps(beam_options))
+        assert rc == 0, _tail(log)
+        assert airflow.run_state(date_sql) == "success"
+        assert airflow.task_tries(date_sql) == {"build": [(1, "success")], "validate": [(1, "success")]}
+        with open(log, encoding="utf-8", errors="replace") as f:
+            assert "--runner=FlinkRunner" in f.read()
+        _assert_one_whole_version(out, version)
+        # Both tasks ran as jobs on the cluster: the build, then validate.
+        with urllib.request.urlopen(endpoints["TFRECORD_IO_FLINK_REST"] + "/jobs/overview", timeout=30) as response:
+            jobs = json.load(response)["jobs"]
+        assert [job["state"] for job in jobs] == ["FINISHED", "FINISHED"], jobs
+    finally:
+        subprocess.run([*script, "down", "flink", "--dir", cluster_dir], capture_output=True, timeout=300)
