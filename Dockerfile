@@ -8,7 +8,8 @@
 # and, with the entry point overridden, as a place to launch jobs:
 #   docker run --rm -v "$PWD:/work" -w /work --entrypoint tfrecord-io <image> build configs/datasets/demo.yaml
 #
-# Build: docker build -t tfrecord-io:0.1.0 .
+# Build: docker build -t tfrecord-io:$(python3 setup.py --version) .
+#   (the one version source is tfrecord_io/_version.py)
 # The Beam version here must equal constraints/pinned.txt's apache-beam (a test checks
 # it): workers and launcher must run the same SDK. For another Beam release, change both
 # (FROM apache/beam_python3.X_sdk:<version>, and a constraints file of that release).

@@ -37,6 +37,7 @@ present; without it the pure-Python implementation is used (same results).
 """
 
 import os
+import re
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
@@ -74,16 +75,23 @@ if os.path.exists(os.path.join(HERE, SPEEDUPS)) and not os.environ.get("TFRECORD
 with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
     long_description = f.read()
 
+
+def read_version() -> str:
+    """``__version__`` from ``tfrecord_io/_version.py``, the one place it is written
+    (read as text: importing the package here would need its dependencies)."""
+    with open(os.path.join(HERE, "tfrecord_io", "_version.py"), encoding="utf-8") as f:
+        return re.search(r'^__version__ = "([^"]+)"$', f.read(), re.M).group(1)
+
 setup(
     name="tfrecord-io",
-    version="0.1.0",
+    version=read_version(),
     description="TFRecord files without TensorFlow, and Apache Beam IO that splits them",
     long_description=long_description,
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.9",
     packages=find_packages(include=["tfrecord_io", "tfrecord_io.*", "transforms", "transforms.*", "pipelines", "pipelines.*"]),
-    package_data={"tfrecord_io": ["proto/*.proto", "proto/*.pyi", "py.typed"], "pipelines": ["*.yaml"]},
+    package_data={"tfrecord_io": ["proto/*.proto", "proto/*.pyi", "py.typed"]},
     ext_modules=ext_modules,
     cmdclass={"build_ext": OptionalBuildExt},
     install_requires=[

@@ -47,6 +47,8 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from tfrecord_io import files
+from tfrecord_io._version import __version__
+from tfrecord_io.beam_sink import DEFAULT_SHARD_NAME_TEMPLATE, shard_name
 from tfrecord_io.writer import RecordWriter
 
 from . import dataset_dir, splits
@@ -55,15 +57,17 @@ from .encoders_config import make_encoders, media_columns
 from .manifest import load_rows, row_key
 from .progress import CountProgress, ProgressPrinter
 
-TOOL_VERSION = "0.1.0"
+TOOL_VERSION = __version__
 META_DIR = "_shards"
 REJECTED_NAME = "rejected-00000-of-00001.jsonl"
 WRITE_BATCH = 64
 
 
-def shard_name(name: str, split: str, shard: int, num_shards: int, compression: str) -> str:
-    suffix = {"gzip": ".gz", "zlib": ".zz"}.get(compression, "")
-    return f"{name}-{split}.tfrecord-{shard:05d}-of-{num_shards:05d}{suffix}"
+def dataset_shard_name(name: str, split: str, shard: int, num_shards: int, compression: str) -> str:
+    """A built dataset's shard file name, TFDS's: ``<name>-<split>.tfrecord-00000-of-00004[.gz]``
+    (the sink's :func:`~tfrecord_io.beam_sink.shard_name` with its default template)."""
+    return shard_name(f"{name}-{split}.tfrecord", files.compression_suffix(compression),
+                      DEFAULT_SHARD_NAME_TEMPLATE, shard, num_shards)
 
 
 @dataclass
@@ -129,7 +133,7 @@ class WriteShard(beam.DoFn):
             yield data
 
     def _write(self, task: ShardTask) -> Dict[str, Any]:
-        relpath = f"{task.split}/{shard_name(self._name, task.split, task.shard, task.num_shards, self._compression)}"
+        relpath = f"{task.split}/{dataset_shard_name(self._name, task.split, task.shard, task.num_shards, self._compression)}"
         final = files.join(self._dir, relpath)
         index_path = final + ".index" if self._write_index else None
         if not files.is_remote(final):
@@ -295,16 +299,26 @@ def _claim_version(out_dir: str, requested: str, fingerprint: str, log) -> Tuple
     raise dataset_dir.DatasetDirError(f"could not claim a version under {out_dir}: other runs keep taking the names")
 
 
-def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print,
-              on_version: Optional[Callable[[str], None]] = None) -> BuildSummary:
-    """Check everything that can be checked up front, run the pipeline, commit.
+@dataclass
+class BuildPlan:
+    """Everything known before the job runs: the rows, their encoders and the shards
+    they go to. Made by :func:`plan_build`; nothing has been written yet."""
 
-    ``on_version`` is told the version's name as soon as this run owns it, so a caller
-    can say what a failure left there (the CLI's failure block)."""
-    from apache_beam.io.filesystems import FileSystems
+    name: str
+    out_dir: str
+    rows: List[Dict[str, Any]]
+    sources: Dict[str, str]  # column -> the input column it is read from
+    encoders: Dict[str, Any]
+    spec: Dict[str, Any]
+    compression: str
+    fingerprint: str
+    tasks: List[ShardTask]
 
-    started = time.monotonic()
-    FileSystems.set_options(options)  # the launcher reads and writes remote paths too
+
+def plan_build(cfg: Dict[str, Any]) -> BuildPlan:
+    """Check everything that can be checked before anything is written (output
+    reachable and compatible, input rows and media, key column, encoders) and cut the
+    rows into shard tasks."""
     out_dir = cfg["output"]["dir"].rstrip("/") or "/"
     dataset_dir.check_reachable(out_dir)
     sources = {name: s.get("column") or name for name, s in cfg["columns"].items()}
@@ -323,66 +337,40 @@ def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print,
     dataset_dir.check_output_dir(out_dir, name, spec)
     compression = files.normalize_compression(cfg["output"]["compression"] or None)
     cutoffs = splits.split_cutoffs({k: v for k, v in cfg["splits"].items() if v > 0})
-    seed = cfg["seed"]
-    tasks = plan_shards(rows, key_column, cutoffs, seed, cfg["sharding"].get("num_shards"),
+    tasks = plan_shards(rows, key_column, cutoffs, cfg["seed"], cfg["sharding"].get("num_shards"),
                         cfg["sharding"]["target_shard_bytes"], media_sources, media)
+    return BuildPlan(name, out_dir, rows, sources, encoders, spec, compression, fingerprint, tasks)
 
-    plan, claim = _claim_version(out_dir, cfg["output"]["version"], fingerprint, log)
-    version = plan["version"]
+
+def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print,
+              on_version: Optional[Callable[[str], None]] = None) -> BuildSummary:
+    """Plan (:func:`plan_build`), claim a version, run the pipeline, write
+    ``dataset_info.json`` and publish; an unfinished version is removed on failure.
+
+    ``on_version`` is told the version's name as soon as this run owns it, so a caller
+    can say what a failure left there (the CLI's failure block)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    started = time.monotonic()
+    FileSystems.set_options(options)  # the launcher reads and writes remote paths too
+    plan = plan_build(cfg)
+    out_dir, name, rows = plan.out_dir, plan.name, plan.rows
+
+    claimed, claim = _claim_version(out_dir, cfg["output"]["version"], plan.fingerprint, log)
+    version = claimed["version"]
     version_dir = files.join(out_dir, version)
     if on_version is not None and claim is not None:
         on_version(version)
-    if plan["state"] == "published":
-        return _reuse_published(out_dir, version, plan["info"], started, log)
+    if claimed["state"] == "published":
+        return _reuse_published(out_dir, version, claimed["info"], started, log)
 
-    log(f"building {name!r}: {len(rows)} rows -> {version_dir} ({len(tasks)} shards)")
+    log(f"building {name!r}: {len(rows)} rows -> {version_dir} ({len(plan.tasks)} shards)")
     assert claim is not None
     try:
-        with ProgressPrinter("build", enabled=progress, rate_stage="encoded", total=len(rows)) as bar:
-            with beam.Pipeline(options=options) as p:
-                (
-                    p
-                    # Typed KV[Any, Any]: coded by Beam's deterministic FastPrimitivesCoder,
-                    # opaque bytes to the runner (Prism 2.62 cannot decode Python-specific
-                    # composite coders at a GroupByKey, apache/beam#32636).
-                    | "ShardTasks" >> beam.Create(list(enumerate(tasks)), reshuffle=False).with_output_types(
-                        beam.typehints.KV[beam.typehints.Any, beam.typehints.Any]
-                    )
-                    # Keyed by task number and grouped: the runner deals the tasks out to
-                    # its workers in that (largest-first) order.
-                    | "SpreadTasks" >> beam.GroupByKey()
-                    | "EncodeAndWrite" >> beam.ParDo(
-                        WriteShard(version_dir, name, compression, cfg["output"]["write_index"], encoders, sources, bar.dir)
-                    )
-                    | "CountShards" >> beam.ParDo(CountProgress(bar.dir, "shards"))
-                )
-        shards = _read_shard_meta(version_dir)
-        rejected_lines = sorted(line for s in shards for line in s.pop("rejected"))
+        _run_pipeline(plan, version_dir, cfg["output"]["write_index"], options, progress)
+        shards, rejected_lines, rejected_path = _collect_shards(plan, version_dir, version)
         written = sum(s["records"] for s in shards)
-        if len(shards) != len(tasks) or written + len(rejected_lines) != len(rows):
-            raise RuntimeError(
-                f"build lost rows: {len(rows)} in, {written} written, {len(rejected_lines)} rejected, "
-                f"{len(shards)} of {len(tasks)} shards; not publishing {version}"
-            )
-        rejected_path = files.join(version_dir, REJECTED_NAME)
-        files.write_bytes(rejected_path, "".join(line + "\n" for line in rejected_lines).encode("utf-8"))
-        info = {
-            "name": name,
-            "description": cfg.get("description", ""),
-            "version": version,
-            "tool": "tfrecord-io",
-            "tool_version": TOOL_VERSION,
-            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "fingerprint": fingerprint,
-            "features": spec,
-            "encoders": {k: e.to_config() for k, e in encoders.items()},
-            "compression": compression,
-            "splits": _splits_info(shards),
-            "rows_in": len(rows),
-            "records": written,
-            "rejected": len(rejected_lines),
-            "config": cfg,
-        }
+        info = _dataset_info(cfg, plan, version, shards, len(rejected_lines))
         files.delete_prefix(files.join(version_dir, META_DIR))
         dataset_dir.write_info(version_dir, info)
     except BaseException as err:
@@ -411,6 +399,68 @@ def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print,
         seconds=time.monotonic() - started,
         rejected_path=rejected_path if rejected_lines else None,
     )
+
+
+def _dataset_info(cfg: Dict[str, Any], plan: BuildPlan, version: str, shards: List[Dict[str, Any]],
+                  rejected: int) -> Dict[str, Any]:
+    """``dataset_info.json`` of a finished version: what readers and reruns go by."""
+    return {
+        "name": plan.name,
+        "description": cfg.get("description", ""),
+        "version": version,
+        "tool": "tfrecord-io",
+        "tool_version": TOOL_VERSION,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "fingerprint": plan.fingerprint,
+        "features": plan.spec,
+        "encoders": {k: e.to_config() for k, e in plan.encoders.items()},
+        "compression": plan.compression,
+        "splits": _splits_info(shards),
+        "rows_in": len(plan.rows),
+        "records": sum(s["records"] for s in shards),
+        "rejected": rejected,
+        "config": cfg,
+    }
+
+
+def _run_pipeline(plan: BuildPlan, version_dir: str, write_index: bool, options, progress: bool) -> None:
+    """The Beam job: each shard task encoded and written where it lands, shard files
+    and their metadata under ``version_dir``."""
+    with ProgressPrinter("build", enabled=progress, rate_stage="encoded", total=len(plan.rows)) as bar:
+        with beam.Pipeline(options=options) as p:
+            (
+                p
+                # Typed KV[Any, Any]: coded by Beam's deterministic FastPrimitivesCoder,
+                # opaque bytes to the runner (Prism 2.62 cannot decode Python-specific
+                # composite coders at a GroupByKey, apache/beam#32636).
+                | "ShardTasks" >> beam.Create(list(enumerate(plan.tasks)), reshuffle=False).with_output_types(
+                    beam.typehints.KV[beam.typehints.Any, beam.typehints.Any]
+                )
+                # Keyed by task number and grouped: the runner deals the tasks out to
+                # its workers in that (largest-first) order.
+                | "SpreadTasks" >> beam.GroupByKey()
+                | "EncodeAndWrite" >> beam.ParDo(
+                    WriteShard(version_dir, plan.name, plan.compression, write_index, plan.encoders, plan.sources, bar.dir)
+                )
+                | "CountShards" >> beam.ParDo(CountProgress(bar.dir, "shards"))
+            )
+
+
+def _collect_shards(plan: BuildPlan, version_dir: str, version: str) -> Tuple[List[Dict[str, Any]], List[str], str]:
+    """The shards' metadata, checked against the plan (every row written or rejected,
+    every shard there), and the rejected rows written to their file:
+    ``(shards, rejected_lines, rejected_path)``."""
+    shards = _read_shard_meta(version_dir)
+    rejected_lines = sorted(line for s in shards for line in s.pop("rejected"))
+    written = sum(s["records"] for s in shards)
+    if len(shards) != len(plan.tasks) or written + len(rejected_lines) != len(plan.rows):
+        raise RuntimeError(
+            f"build lost rows: {len(plan.rows)} in, {written} written, {len(rejected_lines)} rejected, "
+            f"{len(shards)} of {len(plan.tasks)} shards; not publishing {version}"
+        )
+    rejected_path = files.join(version_dir, REJECTED_NAME)
+    files.write_bytes(rejected_path, "".join(line + "\n" for line in rejected_lines).encode("utf-8"))
+    return shards, rejected_lines, rejected_path
 
 
 def _reuse_published(out_dir: str, version: str, info: Dict[str, Any], started: float, log) -> BuildSummary:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
-from typing import Callable, Dict, List, Optional
+from typing import List, Optional
 
 EPILOG = """Beam pipeline options (e.g. --runner=FlinkRunner --flink_master=[local]) may be
 added to any command; they override the config's runner section.
@@ -150,167 +149,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _runner_section(path: Optional[str]) -> Optional[dict]:
-    if not path:
-        return None
-    from .options import load_runner_section
-
-    return load_runner_section(path)
-
-
-def cmd_build(args, beam_flags: List[str]) -> int:
-    from .build import run_build
-    from .config import load_config, parse_overrides
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from .options import beam_args, is_local
-
-    overrides = parse_overrides(args.set)
-    if args.output:
-        # URLs (s3://, gs:// ...) as given: abspath would turn them into a local "s3:" directory.
-        overrides.append(("output.dir", args.output if "://" in args.output else os.path.abspath(args.output)))
-    if args.version:
-        overrides.append(("output.version", args.version))
-    if args.num_shards:
-        overrides.append(("sharding.num_shards", args.num_shards))
-    cfg = load_config(args.config, overrides)
-    runner_cfg = _runner_section(args.runner_config) or cfg["runner"]
-    flags = beam_args(runner_cfg, beam_flags)
-    # run_build names the version it claims (an `auto` name may get a suffix when taken);
-    # the failure block then says exactly what this run left there.
-    args.failure_state = BuildState(cfg["output"]["dir"])
-    summary = run_build(cfg, PipelineOptions(flags), progress=not args.no_progress and is_local(flags),
-                        on_version=args.failure_state.claimed)
-    print("\n".join(summary.lines()))
-    return 0
-
-
-def cmd_index(args, beam_flags: List[str]) -> int:
-    from .index_job import expand_patterns, run_index
-    from .options import pipeline_options
-    from .progress import ProgressPrinter
-
-    from .dataset_dir import use_filesystems
-
-    options = pipeline_options(_runner_section(args.runner_config), beam_flags)
-    use_filesystems(options, args.paths)  # S3 flags for the launcher; unknown scheme -> exit 2
-    paths = expand_patterns(args.paths)
-    if not paths:
-        print(f"tfrecord-io index: no TFRecord files match {' '.join(args.paths)}", file=sys.stderr)
-        return 2
-    with ProgressPrinter("index", enabled=not args.no_progress, rate_stage="files", total=len(paths)) as bar:
-        results = run_index(paths, options, force=args.force, progress_dir=bar.dir)
-    counts: Dict[str, int] = {}
-    for r in results:
-        counts[r["state"]] = counts.get(r["state"], 0) + 1
-        if r.get("error"):
-            print(f"  {r['path']}: {r['state']}: {r['error']}", file=sys.stderr)
-    print(f"index: {len(results)} files in {bar.elapsed:.1f}s: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
-    return 1 if counts.get("corrupt") else 0
-
-
-COMMANDS: Dict[str, Callable] = {"build": cmd_build, "index": cmd_index}
-
-
-def _register_optional() -> None:
-    """Commands whose modules need the Beam IO / transforms layers."""
-    try:
-        from .validate import cmd_validate
-
-        COMMANDS["validate"] = cmd_validate
-    except ImportError:  # pragma: no cover - present in a complete install
-        pass
-    try:
-        from .inspect_job import cmd_inspect
-
-        COMMANDS["inspect"] = cmd_inspect
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        from .reshard import cmd_reshard
-
-        COMMANDS["reshard"] = cmd_reshard
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        from .report import cmd_report
-
-        COMMANDS["report"] = cmd_report
-    except ImportError:  # pragma: no cover
-        pass
-
-
-class BuildState:
-    """What a failed build leaves, described after the build's own clean-up
-    (``run_build`` removes an unfinished version itself): where ``LATEST`` points, and
-    whether the version this run claimed is gone, unfinished or complete. Any filesystem."""
-
-    def __init__(self, out_dir: str):
-        self.out_dir = out_dir.rstrip("/") or "/"
-        self.version: Optional[str] = None
-        self.latest_before: Optional[str] = None
-
-    def claimed(self, version: str) -> None:
-        """Called by ``run_build`` once it owns ``version``: the filesystem options
-        (S3 credentials ...) are set by then, and nothing is published yet, so this is
-        where the ``LATEST`` the run started from is read."""
-        from .dataset_dir import read_latest
-
-        self.version = version
-        self.latest_before = read_latest(self.out_dir)
-
-    def __call__(self) -> List[str]:
-        from tfrecord_io import files
-
-        from .dataset_dir import load_info, read_latest
-
-        lines = []
-        latest = read_latest(self.out_dir)
-        if self.version is None:  # failed before claiming a version: LATEST was not touched
-            self.latest_before = latest
-        if latest and latest == self.latest_before:
-            lines.append(f"LATEST still points at {latest}; readers see that version, unchanged")
-        elif latest:
-            lines.append(f"LATEST points at {latest} (it was {self.latest_before or 'absent'} before this run)")
-        else:
-            lines.append(f"no LATEST in {self.out_dir}: no version of this dataset has been published")
-        if self.version is None:
-            lines.append("no version was started: nothing was written")
-            return lines
-        version_dir = files.join(self.out_dir, self.version)
-        if not files.list_prefix(version_dir):
-            lines.append(f"partial output {version_dir} removed")
-        elif load_info(version_dir) is None:
-            lines.append(f"partial output left in {version_dir} (no dataset_info.json: no reader takes it; "
-                         "a rerun with the same --version removes it)")
-        else:
-            lines.append(f"{version_dir} is complete (dataset_info.json written) but LATEST was not moved to it")
-        return lines
-
-
-def _reshard_state(args) -> Callable[[], List[str]]:
-    """A failed reshard replaced nothing (the sink renames shards into place only
-    after all were written); its temporary directory is removed."""
-    out_dir = os.path.dirname(os.path.abspath(args.output))
-    before = set(_temp_dirs(out_dir))
-
-    def state() -> List[str]:
-        import shutil
-
-        for name in set(_temp_dirs(out_dir)) - before:
-            shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
-        return [f"no shard {args.output}-* was written or replaced; temporary files removed"]
-
-    return state
-
-
-def _temp_dirs(directory: str) -> List[str]:
-    try:
-        return [n for n in os.listdir(directory) if n.startswith(".tfrecord-io-temp-")]
-    except OSError:
-        return []
-
-
 READ_ONLY_STATE = {
     "inspect": ["nothing was written (inspect only reads)"],
     "validate": ["nothing was written (a --report is written only when validation completes)"],
@@ -344,6 +182,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     # the job's own log (JobLog, below) takes logging over from here.
     if not logging.getLogger().handlers:
         logging.getLogger().addHandler(logging.NullHandler())
+    from .commands import COMMANDS, reshard_state
     from .failures import (
         EXIT_FAILED,
         EXIT_USAGE,
@@ -361,13 +200,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     unknown = [a for a in beam_flags if a.startswith("-") and not a.startswith("--")]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    _register_optional()
-    command = COMMANDS.get(args.command)
-    if command is None:
-        print(f"tfrecord-io: the {args.command} command is not available in this install", file=sys.stderr)
-        return EXIT_USAGE
+    command = COMMANDS[args.command]
     if args.command == "reshard":
-        args.failure_state = _reshard_state(args)
+        args.failure_state = reshard_state(args)
     usage_errors = _usage_errors()
     with JobLog(args.command, args.verbose, args.log_file) as log:
         try:

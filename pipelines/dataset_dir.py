@@ -45,6 +45,7 @@ import uuid
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from tfrecord_io import files
+from tfrecord_io.path_specs import has_glob
 from tfrecord_io.datasets import (  # noqa: F401 - re-exported for the jobs
     INFO_NAME,
     LATEST_NAME,
@@ -348,14 +349,10 @@ def use_filesystems(options, paths: Iterable[str] = ()) -> None:
             raise DatasetDirError(str(err)) from None
 
 
-def _is_pattern(path: str) -> bool:
-    return any(c in path for c in "*?[")
-
-
 def find_dataset(paths: List[str]) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
     """``(version_dir, info)`` when ``paths`` is one dataset root (following ``LATEST``)
     or one version directory, on any filesystem; else ``(None, None)``."""
-    if len(paths) != 1 or _is_pattern(paths[0]):
+    if len(paths) != 1 or has_glob(paths[0]):
         return None, None
     try:
         version_dir = resolve_version_dir(paths[0])

@@ -10,26 +10,18 @@ from __future__ import annotations
 import inspect
 from typing import Any, Dict, List, Mapping
 
-from .config import ConfigError
+from .config import ENCODER_NAMES, ConfigError
 
 
 def _registry() -> Dict[str, Any]:
-    from transforms.encoders.arrays import Array
-    from transforms.encoders.audio import Audio
-    from transforms.encoders.image import Image
-    from transforms.encoders.scalars import Bytes, Float, Int, Label
-    from transforms.encoders.text import Text
+    """The job config's encoder names (``config.ENCODER_NAMES``, lower case) -> classes
+    of ``transforms.config.ENCODERS``, the one registry (keyed by class name). A job
+    config takes the encoders of one value per row; the sequence encoders (``Steps``,
+    ``AudioFrames``) are for ``spec_from_config``."""
+    from transforms.config import ENCODERS
 
-    return {
-        "image": Image,
-        "audio": Audio,
-        "text": Text,
-        "int": Int,
-        "float": Float,
-        "label": Label,
-        "array": Array,
-        "bytes": Bytes,
-    }
+    by_name = {cls_name.lower(): cls for cls_name, cls in ENCODERS.items()}
+    return {name: by_name[name] for name in ENCODER_NAMES}
 
 
 # Columns whose values are paths to media files (resolved against the manifest's folder).

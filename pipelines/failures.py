@@ -59,7 +59,7 @@ _TELLING = re.compile(
     r"PermissionError|IsADirectoryError|NotADirectoryError|FileExistsError|MemoryError)$"
 )
 _WRAPPERS = {"RuntimeError", "Exception"}
-_CLI_FILES = {"pipelines/cli.py", "pipelines/__main__.py", "pipelines/failures.py"}  # what runners wrap a worker's error in
+_CLI_FILES = {"pipelines/cli.py", "pipelines/commands.py", "pipelines/__main__.py", "pipelines/failures.py"}  # what runners wrap a worker's error in
 
 
 def default_log_dir() -> str:

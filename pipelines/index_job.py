@@ -62,32 +62,6 @@ class IndexFile(beam.DoFn):
         yield status
 
 
-def _tfrecord_files(names: Iterable[str]) -> List[str]:
-    return [p for p in names if ".tfrecord" in p.rsplit("/", 1)[-1]
-            and not p.endswith((".index", ".idx", ".tfindex", ".tmp")) and not p.rsplit("/", 1)[-1].startswith((".", "_"))]
-
-
-def expand_patterns(patterns: Iterable[str]) -> List[str]:
-    """Files matching the patterns. A dataset root (with ``LATEST``) means the shards of
-    its current version; a directory or URL prefix means every ``*.tfrecord*`` file
-    under it (index files excluded); anything else is a glob."""
-    from . import dataset_dir
-
-    out: List[str] = []
-    for pattern in patterns:
-        version_dir, info = dataset_dir.find_dataset([pattern])
-        if info is not None:
-            out.extend(s["abspath"] for s in dataset_dir.dataset_shards(version_dir, info))
-        elif os.path.isdir(pattern):
-            for root, _, names in os.walk(pattern):
-                out.extend(_tfrecord_files(os.path.join(root, name) for name in sorted(names)))
-        elif files.is_remote(pattern) and not dataset_dir._is_pattern(pattern) and not files.exists(pattern):
-            out.extend(_tfrecord_files(files.list_prefix(pattern)))  # a "directory" on an object store
-        else:
-            out.extend(p for p in files.glob(pattern) if not p.endswith((".index", ".idx", ".tfindex")))
-    return sorted(dict.fromkeys(out))
-
-
 def run_index(paths: List[str], options, force: bool = False, progress_dir: Optional[str] = None) -> List[Dict[str, Any]]:
     """Run the index pipeline; returns one status dict per file, sorted by path."""
     from .collect import ResultDir

@@ -10,7 +10,6 @@ over the splitting read; the first records are read directly.
 from __future__ import annotations
 
 import io
-import sys
 import json
 from typing import Any, Dict, List
 
@@ -20,8 +19,7 @@ import numpy as np
 from tfrecord_io.codec import Example, INT64, FLOAT, BYTES
 
 from .collect import ResultDir
-from .index_job import expand_patterns
-from .options import beam_args, is_local
+from .inputs import resolve_inputs
 from .progress import ProgressPrinter
 
 TYPE_NAMES = {BYTES: "byte", FLOAT: "float", INT64: "int", None: "empty"}
@@ -167,15 +165,6 @@ def head_records(paths: List[str], n: int) -> List[Dict[str, Any]]:
     return out
 
 
-def resolve_inputs(paths: List[str]) -> List[str]:
-    from .validate import _shards, dataset_target
-
-    version_dir, info = dataset_target(paths)
-    if info is not None:
-        return [s["abspath"] for s in _shards(version_dir, info)]
-    return expand_patterns(paths)
-
-
 def run_inspect(paths: List[str], options, head: int = 3, progress: bool = True) -> Dict[str, Any]:
     import tfrecord_io
 
@@ -234,21 +223,3 @@ def summary_lines(result: Dict[str, Any]) -> List[str]:
         for key, shown in rec["features"].items():
             lines.append(f"  {key}: {shown}")
     return lines
-
-
-def cmd_inspect(args, beam_flags: List[str]) -> int:
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from .cli import _runner_section
-
-    flags = beam_args(_runner_section(args.runner_config), beam_flags)
-    try:
-        result = run_inspect(args.paths, PipelineOptions(flags), args.head, progress=not args.no_progress and is_local(flags))
-    except FileNotFoundError as err:
-        print(f"tfrecord-io inspect: {err}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(result, indent=2, sort_keys=True))
-    else:
-        print("\n".join(summary_lines(result)))
-    return 0

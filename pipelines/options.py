@@ -31,6 +31,20 @@ def _flag(name: str, value: Any) -> List[str]:
     return [f"--{name}={value}"]
 
 
+def runner_section(path: Optional[str]) -> Optional[Dict[str, Any]]:
+    """The runner section of a ``--runner-config`` YAML (see :func:`load_runner_section`),
+    or None without a file."""
+    if not path:
+        return None
+    return load_runner_section(path)
+
+
+def command_flags(runner_config: Optional[str], passthrough: Sequence[str]) -> List[str]:
+    """Flags for a command without a job config: ``--runner-config``'s section under
+    the Beam flags given on the command line (see :func:`beam_args`)."""
+    return beam_args(runner_section(runner_config), passthrough)
+
+
 def beam_args(runner_cfg: Optional[Mapping[str, Any]], passthrough: Sequence[str], quiet: bool = True) -> List[str]:
     """Flags for ``PipelineOptions``: local defaults < config < command line."""
     merged: Dict[str, Any] = dict(LOCAL_DEFAULTS)

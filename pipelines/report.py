@@ -27,11 +27,11 @@ import html
 import json
 import os
 import re
-import sys
 import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 from tfrecord_io import datasets, files
+from tfrecord_io.index import INDEX_SUFFIXES
 
 from .dataset_dir import DatasetDirError
 from .report_stats import (
@@ -125,7 +125,7 @@ def resolve_input(paths: Sequence[str], splits: Optional[Sequence[str]] = None) 
                 found += sorted(_glob.glob(pattern, recursive=True))
             else:
                 found += files.glob(pattern)
-        found = sorted({p for p in found if not p.endswith((".index", ".idx", ".tfindex", ".json", ".jsonl"))})
+        found = sorted({p for p in found if not p.endswith((*INDEX_SUFFIXES, ".json", ".jsonl"))})
         if not found:
             raise ReportError(f"no TFRecord files match {' '.join(paths)}")
         shards = [Shard(_split_of(p), p, p.rsplit("/", 1)[-1]) for p in found]
@@ -574,24 +574,3 @@ def render_page(inp: ReportInput, columns: List[ReportColumn], result: JobResult
             "media-src data:; style-src 'unsafe-inline'\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)} - report</title>"
             f"<style>{STYLE}</style></head><body>{''.join(body)}</body></html>\n")
-
-
-# --------------------------------------------------------------------------- command
-
-
-def cmd_report(args, beam_flags: List[str]) -> int:
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from .cli import _runner_section
-    from .options import beam_args, is_local
-
-    flags = beam_args(_runner_section(args.runner_config), beam_flags)
-    try:
-        summary = run_report(args.paths, PipelineOptions(flags), args.output, splits=args.split or None,
-                             samples=args.samples, validation=args.validation,
-                             progress=not args.no_progress and is_local(flags))
-    except (FileNotFoundError, ImportError) as err:
-        print(f"tfrecord-io report: {err}", file=sys.stderr)
-        return 2
-    print("\n".join(summary.lines()))
-    return 0

@@ -8,16 +8,15 @@ when all of them are complete.
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 import apache_beam as beam
 
+from tfrecord_io import files
 from tfrecord_io.codec import Example
 
 from .collect import ResultDir
-from .inspect_job import resolve_inputs
-from .options import beam_args, is_local
+from .inputs import resolve_inputs
 from .progress import CountProgress, ProgressPrinter
 
 
@@ -61,7 +60,7 @@ def run_reshard(paths: List[str], output: str, options, num_shards: int = 0, com
     inputs = resolve_inputs(paths)
     if not inputs:
         raise FileNotFoundError(f"no TFRecord files match {' '.join(paths)}")
-    suffix = ".tfrecord" + {"gzip": ".gz", "zlib": ".zz"}.get(compression, "")
+    suffix = ".tfrecord" + files.compression_suffix(compression)
     with ProgressPrinter("reshard", enabled=progress, rate_stage="read") as bar:
         with ResultDir() as results:
             with beam.Pipeline(options=options) as p:
@@ -83,28 +82,3 @@ def run_reshard(paths: List[str], output: str, options, num_shards: int = 0, com
                 )
             shards = sorted(results.read(), key=lambda s: s["path"])
     return {"inputs": inputs, "shards": shards, "records": sum(s["records"] for s in shards), "seconds": bar.elapsed}
-
-
-def cmd_reshard(args, beam_flags: List[str]) -> int:
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from .cli import _runner_section
-
-    try:
-        where = parse_where(args.where)
-    except ValueError as err:
-        print(f"tfrecord-io reshard: {err}", file=sys.stderr)
-        return 2
-    flags = beam_args(_runner_section(args.runner_config), beam_flags)
-    compression = "" if args.compression in ("", "none") else args.compression
-    try:
-        result = run_reshard(args.paths, args.output, PipelineOptions(flags), args.num_shards, compression, where,
-                             not args.no_index, progress=not args.no_progress and is_local(flags))
-    except FileNotFoundError as err:
-        print(f"tfrecord-io reshard: {err}", file=sys.stderr)
-        return 2
-    print(f"resharded {len(result['inputs'])} files into {len(result['shards'])} shards, "
-          f"{result['records']:,} records in {result['seconds']:.1f}s")
-    for s in result["shards"]:
-        print(f"  {s['records']:>10,}  {s['path']}")
-    return 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from importlib.metadata import version
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Sequence
 
 # A job server or Prism must match the SDK that submits to it: the files of the
 # installed apache-beam (scripts/fetch-runners builds them for that version too).
@@ -75,18 +75,3 @@ def add_runner_binaries(flags: Sequence[str]) -> List[str]:
     if f"--{option}" in given or "--job_endpoint" in given:
         return flags
     return flags + [f"--{option}={cached_path(runner.rsplit('.', 1)[-1])}"]
-
-
-def with_runner_binaries(runner_cfg: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
-    """A copy of a config ``runner`` section with the job-server jar / Prism binary
-    filled in from the cache when the config does not name one itself."""
-    cfg: Dict[str, Any] = dict(runner_cfg or {})
-    options = dict(cfg.get("options") or {})
-    key = str(cfg.get("runner") or "").lower()
-    if key in _CACHED:
-        option, _ = _CACHED[key]
-        uses_endpoint = "job_endpoint" in options  # an already running job server
-        if not options.get(option) and not uses_endpoint:
-            options[option] = cached_path(cfg["runner"])
-    cfg["options"] = options
-    return cfg

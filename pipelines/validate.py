@@ -10,7 +10,6 @@ status is 1 when there is any.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Dict, List, Optional, Tuple
 
 import apache_beam as beam
@@ -19,19 +18,8 @@ from tfrecord_io import files
 
 from . import dataset_dir
 from .collect import ResultDir
-from .options import beam_args, is_local
+from .inputs import dataset_target
 from .progress import CountProgress, ProgressPrinter
-
-
-def dataset_target(paths: List[str]) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
-    """``(version_dir, info)`` when ``paths`` names one built dataset (its root, following
-    ``LATEST``, or a version directory; local or any Beam filesystem), else ``(None, None)``."""
-    version_dir, info = dataset_dir.find_dataset(paths)
-    return (version_dir, info) if info is not None else (None, None)
-
-
-def _shards(version_dir: str, info: Dict[str, Any]) -> List[Dict[str, Any]]:
-    return dataset_dir.dataset_shards(version_dir, info)
 
 
 def _unlisted_files(version_dir: str, listed: List[str]) -> List[str]:
@@ -53,63 +41,23 @@ def _checksum(path: str) -> Dict[str, Any]:
 
 def run_validate(paths: List[str], options, checksums: bool = True, progress: bool = True) -> Dict[str, Any]:
     """Run the validation pipeline and compare with ``dataset_info.json``; the report."""
-    from transforms.validate import ValidateTFRecords
-
     dataset_dir.use_filesystems(options, paths)
     version_dir, info = dataset_target(paths)
     shards: List[Dict[str, Any]] = []
     spec = None
     if info is not None:
-        shards = _shards(version_dir, info)
+        shards = dataset_dir.dataset_shards(version_dir, info)
         patterns = [s["abspath"] for s in shards if files.exists(s["abspath"])]
         spec = list(info.get("features", {}).values()) or None
     else:
         patterns = list(paths)
-    problems: List[Dict[str, Any]] = []
-    for s in shards:
-        if not files.exists(s["abspath"]):
-            problems.append({"path": s["abspath"], "offset": None, "kind": "missing", "reason": "shard listed in dataset_info.json is missing"})
-    report: Dict[str, Any] = {}
-    sums: Dict[str, Optional[str]] = {}
+    missing = [{"path": s["abspath"], "offset": None, "kind": "missing", "reason": "shard listed in dataset_info.json is missing"}
+               for s in shards if not files.exists(s["abspath"])]
     with ProgressPrinter("validate", enabled=progress, rate_stage="records") as bar:
-        with ResultDir() as results:
-            if patterns:
-                with beam.Pipeline(options=options) as p:
-                    monitor = CountProgress(bar.dir, "records")
-                    reports = p | "Validate" >> ValidateTFRecords(patterns, spec, monitor=monitor)
-                    tagged = [reports | "TagReport" >> beam.Map(lambda r: {"report": r})]
-                    if checksums and shards:
-                        tagged.append(
-                            p
-                            | "Shards" >> beam.Create(patterns)
-                            | "Spread" >> beam.Reshuffle()
-                            | "Checksum" >> beam.Map(lambda path: {"checksum": _checksum(path)})
-                        )
-                    tagged | "All" >> beam.Flatten() | "Collect" >> results.sink()
-            for item in results.read():
-                if "report" in item:
-                    report = item["report"]
-                else:
-                    sums[item["checksum"]["path"]] = item["checksum"]["sha256"]
-    problems = list(report.get("problems", [])) + problems
+        report, sums = _run_pipeline(patterns, spec, checksums and bool(shards), options, bar.dir)
+    problems = list(report.get("problems", [])) + missing
     if info is not None:
-        counts = report.get("records_per_file", {})
-        for s in shards:
-            path = s["abspath"]
-            if not files.exists(path):
-                continue
-            if counts.get(path, 0) != s["records"]:
-                problems.append({"path": path, "offset": None, "kind": "count",
-                                 "reason": f"dataset_info.json lists {s['records']} records, the file has {counts.get(path, 0)}"})
-            if checksums and sums.get(path) != s.get("sha256"):
-                problems.append({"path": path, "offset": None, "kind": "checksum",
-                                 "reason": f"SHA-256 {sums.get(path)} differs from dataset_info.json's {s.get('sha256')}"})
-        for extra in _unlisted_files(version_dir, [s["abspath"] for s in shards]):
-            problems.append({"path": extra, "offset": None, "kind": "unlisted", "reason": "TFRecord file not listed in dataset_info.json"})
-        expected = info.get("records")
-        if expected is not None and report.get("records") is not None and report["records"] != expected and not any(p["kind"] == "missing" for p in problems):
-            problems.append({"path": version_dir, "offset": None, "kind": "count",
-                             "reason": f"dataset_info.json lists {expected} records in all, validation read {report['records']}"})
+        problems += _dataset_problems(version_dir, info, shards, report, sums if checksums else None, bool(missing))
     problems.sort(key=lambda p: (p["path"], p["offset"] if p["offset"] is not None else -1))
     return {
         "ok": not problems,
@@ -123,6 +71,62 @@ def run_validate(paths: List[str], options, checksums: bool = True, progress: bo
         "problems": problems,
         "seconds": round(bar.elapsed, 3),
     }
+
+
+def _run_pipeline(patterns: List[str], spec, checksums: bool, options,
+                  progress_dir: Optional[str]) -> Tuple[Dict[str, Any], Dict[str, Optional[str]]]:
+    """The Beam job: ``ValidateTFRecords`` over ``patterns`` and, with ``checksums``,
+    the SHA-256 of each file beside it. ``(report, {path: sha256})``; an empty report
+    when there is nothing to read."""
+    from transforms.validate import ValidateTFRecords
+
+    report: Dict[str, Any] = {}
+    sums: Dict[str, Optional[str]] = {}
+    with ResultDir() as results:
+        if patterns:
+            with beam.Pipeline(options=options) as p:
+                monitor = CountProgress(progress_dir, "records")
+                reports = p | "Validate" >> ValidateTFRecords(patterns, spec, monitor=monitor)
+                tagged = [reports | "TagReport" >> beam.Map(lambda r: {"report": r})]
+                if checksums:
+                    tagged.append(
+                        p
+                        | "Shards" >> beam.Create(patterns)
+                        | "Spread" >> beam.Reshuffle()
+                        | "Checksum" >> beam.Map(lambda path: {"checksum": _checksum(path)})
+                    )
+                tagged | "All" >> beam.Flatten() | "Collect" >> results.sink()
+        for item in results.read():
+            if "report" in item:
+                report = item["report"]
+            else:
+                sums[item["checksum"]["path"]] = item["checksum"]["sha256"]
+    return report, sums
+
+
+def _dataset_problems(version_dir: str, info: Dict[str, Any], shards: List[Dict[str, Any]], report: Dict[str, Any],
+                      sums: Optional[Dict[str, Optional[str]]], shards_missing: bool) -> List[Dict[str, Any]]:
+    """What the read found against what ``dataset_info.json`` says: per-shard record
+    counts and (unless ``sums`` is None) checksums, files it does not list, the total."""
+    problems: List[Dict[str, Any]] = []
+    counts = report.get("records_per_file", {})
+    for s in shards:
+        path = s["abspath"]
+        if not files.exists(path):
+            continue
+        if counts.get(path, 0) != s["records"]:
+            problems.append({"path": path, "offset": None, "kind": "count",
+                             "reason": f"dataset_info.json lists {s['records']} records, the file has {counts.get(path, 0)}"})
+        if sums is not None and sums.get(path) != s.get("sha256"):
+            problems.append({"path": path, "offset": None, "kind": "checksum",
+                             "reason": f"SHA-256 {sums.get(path)} differs from dataset_info.json's {s.get('sha256')}"})
+    for extra in _unlisted_files(version_dir, [s["abspath"] for s in shards]):
+        problems.append({"path": extra, "offset": None, "kind": "unlisted", "reason": "TFRecord file not listed in dataset_info.json"})
+    expected = info.get("records")
+    if expected is not None and report.get("records") is not None and report["records"] != expected and not shards_missing:
+        problems.append({"path": version_dir, "offset": None, "kind": "count",
+                         "reason": f"dataset_info.json lists {expected} records in all, validation read {report['records']}"})
+    return problems
 
 
 def summary_lines(report: Dict[str, Any], limit: int = 20) -> List[str]:
@@ -142,20 +146,3 @@ def summary_lines(report: Dict[str, Any], limit: int = 20) -> List[str]:
     if len(report["problems"]) > limit:
         lines.append(f"  ... and {len(report['problems']) - limit} more (see the JSON report)")
     return lines
-
-
-def cmd_validate(args, beam_flags: List[str]) -> int:
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from .cli import _runner_section
-
-    flags = beam_args(_runner_section(args.runner_config), beam_flags)
-    report = run_validate(args.paths, PipelineOptions(flags), checksums=not args.no_checksums,
-                          progress=not args.no_progress and is_local(flags))
-    if args.report:
-        with open(args.report, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2, sort_keys=True)
-    print("\n".join(summary_lines(report)))
-    if args.report:
-        print(f"report: {args.report}")
-    return 0 if report["ok"] else 1

@@ -1,5 +1,5 @@
 """files.file_size for scheme:// paths goes through Beam's FileSystems (which has no
-metadata() in Beam 2.77): checked on local files routed as if remote."""
+metadata() in Beam 2.62 nor 2.77): checked on local files routed as if remote."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ import collections
 import glob
 import json
 import os
+import re
 
 import pytest
 import yaml
@@ -27,7 +28,7 @@ def built(tmp_path_factory):
     return str(root), config, str(root / "out")
 
 
-@pytest.mark.parametrize("command", ["build", "validate", "index", "inspect", "reshard"])
+@pytest.mark.parametrize("command", ["build", "validate", "index", "inspect", "reshard", "report"])
 def test_every_command_has_help(command):
     proc = run_cli(command, "--help", check=True)
     assert "usage: tfrecord-io " + command in proc.stdout
@@ -35,9 +36,11 @@ def test_every_command_has_help(command):
 
 
 def test_top_level_help_lists_commands():
+    # Each command on a line of its own with its one-line help (the module docstring at
+    # the top names every command too, so a bare substring check would prove nothing).
     out = run_cli("--help", check=True).stdout
-    for command in ("build", "validate", "index", "inspect", "reshard"):
-        assert command in out
+    for command in ("build", "validate", "index", "inspect", "reshard", "report"):
+        assert re.search(rf"^ +{command} +\w", out, re.M), f"{command} missing from the command list:\n{out}"
 
 
 def _write_config(tmp_path, **changes):

@@ -44,7 +44,7 @@ from .reader import (
 )
 from .writer import RecordWriter, TFRecordWriter
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: F401 - the package version
 
 # Beam-facing names, imported lazily so the format core works without Beam loaded.
 _LAZY = {

@@ -39,11 +39,11 @@ from apache_beam.pvalue import AsList
 from apache_beam.transforms import window
 
 from . import files
+from .beam_source import METRICS_NAMESPACE  # one namespace for the package's Beam metrics
 from .crc import crc32c
 from .framing import FRAME_OVERHEAD
 from .writer import RecordWriter
 
-METRICS_NAMESPACE = "tfrecord_io"
 DEFAULT_SHARD_NAME_TEMPLATE = "-SSSSS-of-NNNNN"
 INDEX_SUFFIX = ".index"
 _FLUSH_RECORDS = 4096  # records buffered per shard before a bundle hands them on

@@ -52,9 +52,16 @@ from apache_beam.typehints import Tuple as TupleHint
 from . import files
 from .codec import Description, parse_example
 from .errors import ExampleCodecError, IndexFileError
-from .crc import masked_crc32c
-from .framing import DEFAULT_MAX_RECORD_BYTES, FRAME_OVERHEAD, HEADER_SIZE, CorruptRegion, FrameStream, check_max_record_bytes
-from .index import RecordIndex, find_index, load_index
+from .framing import (
+    DEFAULT_MAX_RECORD_BYTES,
+    FRAME_OVERHEAD,
+    HEADER_SIZE,
+    CorruptRegion,
+    FrameStream,
+    check_max_record_bytes,
+    length_crc_ok,
+)
+from .index import INDEX_SUFFIXES, RecordIndex, find_index, load_index
 from .reader import read_records
 
 METRICS_NAMESPACE = "tfrecord_io"
@@ -243,10 +250,7 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
             yield from self._process_whole(path, kind, tracker)
             return
         start, stop = restriction.start, restriction.stop
-        index = self._index_for(path, size) if start > 0 else None
-        if index is not None and not _index_start_ok(path, index, start):
-            self._stale.inc()  # same size but other boundaries: resynchronise instead
-            index = None
+        index = self._range_index(path, size, start)
         items = read_records(
             path,
             start,
@@ -302,13 +306,28 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
             end_of_last = offs[-1] + len(datas[-1]) + FRAME_OVERHEAD
             stopped = yield from self._emit(path, offs, datas, tracker)
         if not stopped:
-            if end_of_last is not None and end_of_last >= stop and end_of_last < size:
-                region = self._next_frame_problem(path, size, end_of_last)
-                if region is not None:
-                    self._corrupt.inc()
-                    yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead_letter_entry(region))
-            # Mark the rest of the range done (check_done needs a claim attempt at its end).
-            tracker.try_claim(tracker.current_restriction().stop)
+            yield from self._finish_range(path, size, stop, end_of_last, tracker)
+
+    def _range_index(self, path: str, size: int, start: int) -> Optional[RecordIndex]:
+        """The index to find this range's first record by, or None to resynchronise
+        (the first range starts at a frame; an index with other boundaries is stale)."""
+        index = self._index_for(path, size) if start > 0 else None
+        if index is not None and not _index_start_ok(path, index, start):
+            self._stale.inc()  # same size but other boundaries: resynchronise instead
+            index = None
+        return index
+
+    def _finish_range(self, path: str, size: int, stop: int, end_of_last: Optional[int], tracker) -> Iterator[Any]:
+        """After the last record of a range: when that record ends at or past the range's
+        end, a corrupt frame right after it is reported here (the next range, starting
+        on it, skips it; see the module doc), then the rest of the range is claimed."""
+        if end_of_last is not None and end_of_last >= stop and end_of_last < size:
+            region = self._next_frame_problem(path, size, end_of_last)
+            if region is not None:
+                self._corrupt.inc()
+                yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead_letter_entry(region))
+        # Mark the rest of the range done (check_done needs a claim attempt at its end).
+        tracker.try_claim(tracker.current_restriction().stop)
 
     def _emit(self, path: str, offs: List[int], datas: List[Any], tracker):
         """Claim a chunk of records read ahead, by the offset of its last record, and
@@ -411,16 +430,13 @@ def _index_start_ok(path: str, index: RecordIndex, start: int) -> bool:
     if len(header) < HEADER_SIZE:
         return False
     length = int.from_bytes(header[:8], "little")
-    return masked_crc32c(header[:8]) == int.from_bytes(header[8:], "little") and length + FRAME_OVERHEAD == int(
+    return length_crc_ok(header) and length + FRAME_OVERHEAD == int(
         index.sizes[i]
     )
 
 
 def _dead_letter_entry(region: CorruptRegion) -> Dict[str, Any]:
     return {"path": region.path, "start": region.start, "end": region.end, "reason": region.reason}
-
-
-_SIDECAR_SUFFIXES = (".index", ".idx", ".tfindex")
 
 
 def index_sidecar_of(path: str) -> Optional[str]:
@@ -434,13 +450,13 @@ def index_sidecar_of(path: str) -> Optional[str]:
     import glob as _glob
 
     stem, ext = os.path.splitext(path)
-    if ext not in _SIDECAR_SUFFIXES:
+    if ext not in INDEX_SUFFIXES:
         return None
     candidates = [stem]
     if ext in (".tfindex", ".index"):
         candidates += files.glob(_glob.escape(stem) + ".*")
     for candidate in candidates:
-        if candidate != path and os.path.splitext(candidate)[1] not in _SIDECAR_SUFFIXES and files.exists(candidate):
+        if candidate != path and os.path.splitext(candidate)[1] not in INDEX_SUFFIXES and files.exists(candidate):
             return candidate
     return None
 
@@ -483,9 +499,9 @@ class _ToFileElements(beam.DoFn):
 def _is_sidecar(path: str, matched: "set[str]") -> bool:
     """Is ``path`` the index of a file that is also in ``matched`` (or beside it)?"""
     stem, ext = os.path.splitext(path)
-    if ext not in _SIDECAR_SUFFIXES:
+    if ext not in INDEX_SUFFIXES:
         return False
-    if stem in matched and os.path.splitext(stem)[1] not in _SIDECAR_SUFFIXES:
+    if stem in matched and os.path.splitext(stem)[1] not in INDEX_SUFFIXES:
         return True
     return index_sidecar_of(path) is not None
 

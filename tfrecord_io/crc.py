@@ -31,8 +31,7 @@ def unmask(masked: int) -> int:
 
 def _masked_crc32c_py(data) -> int:
     """Pure-Python twin of the compiled ``masked_crc32c`` (kept for tests and fallback)."""
-    crc = crc32c(data)
-    return ((((crc >> 15) | (crc << 17)) & _U32) + _MASK_DELTA) & _U32
+    return mask(crc32c(data))
 
 
 try:  # one C call instead of a C call plus Python integer arithmetic per record

@@ -49,6 +49,12 @@ def normalize_compression(compression_type: Optional[str], path: Optional[str] =
     )
 
 
+def compression_suffix(compression_type: Optional[str]) -> str:
+    """The file-name suffix written for a compression type: ``""``, ``".gz"`` or ``".zz"``
+    (the ones :func:`normalize_compression` reads back)."""
+    return {PLAIN: "", GZIP: ".gz", ZLIB: ".zz"}[normalize_compression(compression_type)]
+
+
 def is_remote(path: str) -> bool:
     """True for ``scheme://`` paths that need Beam's FileSystems."""
     head, sep, _ = str(path).partition("://")
@@ -127,7 +133,8 @@ class _EmptySafeWriter(io.RawIOBase):
 def file_size(path: str) -> int:
     """Size in bytes of the stored file."""
     if is_remote(path):
-        # Beam 2.77's FileSystems has no metadata(); match() on the exact path gives it.
+        # Beam's FileSystems has no metadata() (not in 2.62 nor 2.77, the ends of the
+        # supported range); match() on the exact path gives it.
         from apache_beam.io.filesystem import BeamIOError
 
         try:
@@ -190,24 +197,42 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
-def write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` as the whole content of ``path``, all or nothing.
+def temp_path_beside(path: str) -> str:
+    """A hidden, unique temporary name in ``path``'s directory for a local file that is
+    renamed over ``path`` when whole: the rename is atomic (same filesystem), and a
+    leftover is never taken for data (dot-files are skipped, a glob such as
+    ``data-*.tfrecord`` does not match it)."""
+    directory, name = os.path.split(path)
+    return os.path.join(directory, f".{name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
 
-    Local: a temporary name in the same directory, fsync, rename. Object stores: one
-    PUT (an object becomes visible only once its upload completed).
+
+def write_bytes(path: str, data: bytes, create_dirs: bool = True) -> None:
+    """Write ``data`` as the whole content of ``path``, all or nothing: the one atomic
+    small-file write (index files, ``dataset_info.json``, ``LATEST``, reports ...).
+
+    Local: a temporary name beside it (:func:`temp_path_beside`), fsync, rename; the
+    temporary file is removed if the write fails. Object stores: one PUT (an object
+    becomes visible only once its upload completed). ``create_dirs=False``: a missing
+    local directory is an error (FileNotFoundError) instead of being made.
     """
     if is_remote(path):
         with open_raw(path, "wb") as f:
             f.write(data)
         return
     path = _local(path)
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    if create_dirs:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = temp_path_beside(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def delete(paths: List[str]) -> None:

@@ -34,7 +34,7 @@ from typing import Any, BinaryIO, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from .crc import crc32c, masked_crc32c
+from .crc import masked_crc32c
 from .errors import CorruptRecordError, RecordTooLargeError, TruncatedRecordError
 
 HEADER_SIZE = 12
@@ -49,9 +49,10 @@ DEFAULT_MAX_RECORD_BYTES = 1 << 30
 # decompresses into a temporary as large as the slice before copying it over.
 _READ_SLICE = 1 << 23
 
-_LENGTH = struct.Struct("<Q")
-_HEADER = struct.Struct("<QI")
-_U32 = struct.Struct("<I")
+# The frame's fields, for every module that packs or unpacks them (writer, random access).
+LENGTH_FIELD = struct.Struct("<Q")  # the data length
+HEADER_FIELDS = struct.Struct("<QI")  # the data length and its masked CRC32C
+CRC_FIELD = struct.Struct("<I")  # a masked CRC32C
 
 # Status codes shared by the Python and C scanners.
 NEED_MORE = 0  # the frame at pos is not complete in the buffer (or the buffer is used up)
@@ -63,13 +64,16 @@ TOO_LARGE = 4  # the frame at pos has a (CRC-checked) length over max_len
 
 def frame_header(length: int) -> bytes:
     """The 12 header bytes of a frame of ``length`` data bytes."""
-    length_bytes = _LENGTH.pack(length)
-    return length_bytes + _U32.pack(masked_crc32c(length_bytes))
+    length_bytes = LENGTH_FIELD.pack(length)
+    return length_bytes + CRC_FIELD.pack(masked_crc32c(length_bytes))
 
 
 def encode_frame(data) -> bytes:
-    """One whole frame around ``data`` (any bytes-like object)."""
-    return b"".join((frame_header(len(data)), data, _U32.pack(masked_crc32c(data))))
+    """One whole frame around ``data`` (any bytes-like object), in one join."""
+    length_bytes = LENGTH_FIELD.pack(len(data))
+    return b"".join(
+        (length_bytes, CRC_FIELD.pack(masked_crc32c(length_bytes)), data, CRC_FIELD.pack(masked_crc32c(data)))
+    )
 
 
 def write_frame(stream: BinaryIO, data) -> int:
@@ -77,7 +81,7 @@ def write_frame(stream: BinaryIO, data) -> int:
     n = len(data)
     stream.write(frame_header(n))
     stream.write(data)
-    stream.write(_U32.pack(masked_crc32c(data)))
+    stream.write(CRC_FIELD.pack(masked_crc32c(data)))
     return n + FRAME_OVERHEAD
 
 
@@ -94,9 +98,10 @@ def _scan_frames_py(
     """
     limit = (1 << 64) if max_len is None else max(int(max_len), 0)
     n = len(buf)
-    unpack_header = _HEADER.unpack_from
-    unpack_u32 = _U32.unpack_from
+    unpack_header = HEADER_FIELDS.unpack_from
+    unpack_u32 = CRC_FIELD.unpack_from
     append = out.append
+    masked = masked_crc32c
     mv = memoryview(buf)
     while True:
         if pos >= stop:
@@ -104,20 +109,16 @@ def _scan_frames_py(
         if pos + HEADER_SIZE > n:
             return pos, NEED_MORE
         length, length_crc = unpack_header(buf, pos)
-        if check_crc:
-            c = crc32c(mv[pos : pos + 8])
-            if ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF != length_crc:
-                return pos, BAD_LENGTH_CRC
+        if check_crc and masked(mv[pos : pos + 8]) != length_crc:
+            return pos, BAD_LENGTH_CRC
         if length > limit:
             return pos, TOO_LARGE
         data_start = pos + HEADER_SIZE
         data_end = data_start + length
         if data_end + FOOTER_SIZE > n:
             return pos, NEED_MORE
-        if check_crc:
-            c = crc32c(mv[data_start:data_end])
-            if ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF != unpack_u32(buf, data_end)[0]:
-                return pos, BAD_DATA_CRC
+        if check_crc and masked(mv[data_start:data_end]) != unpack_u32(buf, data_end)[0]:
+            return pos, BAD_DATA_CRC
         append(data_start)
         append(length)
         pos = data_end + FOOTER_SIZE
@@ -151,8 +152,11 @@ class CorruptRegion:
         return self.end - self.start
 
 
-def _length_crc_ok(buf: bytes, pos: int) -> bool:
-    return masked_crc32c(memoryview(buf)[pos : pos + 8]) == _U32.unpack_from(buf, pos + 8)[0]
+def length_crc_ok(buf, pos: int = 0) -> bool:
+    """Does the length field of the frame header at ``pos`` of ``buf`` (12 bytes there)
+    match its masked CRC32C? The one header check of the Python readers outside the
+    scanners' loops (resynchronisation, random access, the Beam source's index check)."""
+    return masked_crc32c(memoryview(buf)[pos : pos + 8]) == CRC_FIELD.unpack_from(buf, pos + 8)[0]
 
 
 class FrameStream:
@@ -321,7 +325,7 @@ class FrameStream:
     def _error(self, status: int, pos: int) -> Exception:
         off = self._base + pos
         if status == TOO_LARGE:
-            length = _LENGTH.unpack_from(self._buf, pos)[0]
+            length = LENGTH_FIELD.unpack_from(self._buf, pos)[0]
             remaining = None if self._size is None else self._size - off
             if remaining is not None and length + FRAME_OVERHEAD > remaining:
                 return TruncatedRecordError(  # a file that cannot hold it: say so first
@@ -332,13 +336,13 @@ class FrameStream:
                 )
             return self._too_large(length, off)
         if status == BAD_LENGTH_CRC:
-            length = _LENGTH.unpack_from(self._buf, pos)[0]
+            length = LENGTH_FIELD.unpack_from(self._buf, pos)[0]
             return CorruptRecordError(
                 f"corrupt record header: the length field ({length}) does not match its CRC32C",
                 self.path,
                 off,
             )
-        length = _LENGTH.unpack_from(self._buf, pos)[0]
+        length = LENGTH_FIELD.unpack_from(self._buf, pos)[0]
         return CorruptRecordError(
             f"corrupt record data: the {length} data bytes do not match their CRC32C", self.path, off
         )
@@ -358,8 +362,8 @@ class FrameStream:
                 self.path,
                 self.offset,
             )
-        length = _LENGTH.unpack_from(self._buf, self._pos)[0]
-        if self.check_crc and not _length_crc_ok(self._buf, self._pos):
+        length = LENGTH_FIELD.unpack_from(self._buf, self._pos)[0]
+        if self.check_crc and not length_crc_ok(self._buf, self._pos):
             return self._error(BAD_LENGTH_CRC, self._pos)
         remaining = self._remaining_in_file()
         frame = length + FRAME_OVERHEAD
@@ -479,9 +483,9 @@ class FrameStream:
             base = self._base
             for cand in [base + p for p in _candidates(buf, pos, last, base, self._size)]:
                 self._pos = cand - self._base
-                if not _length_crc_ok(self._buf, self._pos):
+                if not length_crc_ok(self._buf, self._pos):
                     continue
-                length = _LENGTH.unpack_from(self._buf, self._pos)[0]
+                length = LENGTH_FIELD.unpack_from(self._buf, self._pos)[0]
                 remaining = self._remaining_in_file()
                 if remaining is not None and length + FRAME_OVERHEAD > remaining:
                     continue
@@ -491,7 +495,7 @@ class FrameStream:
                     continue
                 p = self._pos
                 data_end = p + HEADER_SIZE + length
-                data_crc = _U32.unpack_from(self._buf, data_end)[0]
+                data_crc = CRC_FIELD.unpack_from(self._buf, data_end)[0]
                 if masked_crc32c(memoryview(self._buf)[p + HEADER_SIZE : data_end]) == data_crc:
                     return True
             last = last + base - self._base  # translate to the (possibly moved) buffer
@@ -553,7 +557,7 @@ def _candidates(buf: bytes, pos: int, last: int, base: int, size: Optional[int])
         nonzero = ~zero
         if nonzero.any():
             unique, inverse = np.unique(cand_len[nonzero], return_inverse=True)
-            want = np.array([masked_crc32c(_LENGTH.pack(int(v))) for v in unique.tolist()], dtype=np.uint32)
+            want = np.array([masked_crc32c(LENGTH_FIELD.pack(int(v))) for v in unique.tolist()], dtype=np.uint32)
             keep[nonzero] = want[inverse.reshape(-1)] == cand_crc[nonzero]
         idx = idx[keep]
     return (pos + int(i) for i in idx)

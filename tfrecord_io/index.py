@@ -10,7 +10,6 @@ validated, so a corrupt file leaves no index (and an old index stays as it was).
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Optional
 
@@ -19,6 +18,9 @@ import numpy as np
 from . import files
 from .errors import IndexFileError, TFRecordError
 from .framing import FRAME_OVERHEAD, FrameStream
+
+# Suffixes of the index sidecars find_index looks for; readers that expand globs skip them.
+INDEX_SUFFIXES = (".index", ".idx", ".tfindex")
 
 
 @dataclass(frozen=True)
@@ -130,35 +132,10 @@ def _sniff_compression(data_path: str) -> str:
 
 
 def write_index_atomic(index: RecordIndex, index_path: str) -> None:
-    """Write ``index`` to a temporary file beside ``index_path``, then rename it in place."""
-    text = index.to_text().encode("ascii")
-    if files.is_remote(index_path):
-        _write_remote_atomic(text, index_path)
-        return
-    directory = os.path.dirname(os.path.abspath(index_path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".index", dir=directory)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; an index is as readable as its data
-        with os.fdopen(fd, "wb") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, index_path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _write_remote_atomic(text: bytes, index_path: str) -> None:
-    from apache_beam.io.filesystems import FileSystems
-
-    tmp = index_path + ".tmp-" + os.urandom(6).hex()
-    with files.open_raw(tmp, "wb") as f:
-        f.write(text)
-    FileSystems.rename([tmp], [index_path])
+    """Write ``index`` as the whole content of ``index_path``, all or nothing
+    (:func:`files.write_bytes`: a temporary file renamed in place, or one PUT). The
+    directory must exist, as for the data file."""
+    files.write_bytes(index_path, index.to_text().encode("ascii"), create_dirs=False)
 
 
 def create_index(data_path: str, index_path: str, compression_type: Optional[str] = None) -> RecordIndex:
@@ -180,6 +157,7 @@ def find_index(data_path: str) -> Optional[str]:
 
 
 __all__ = [
+    "INDEX_SUFFIXES",
     "RecordIndex",
     "TFRecordError",
     "build_index",

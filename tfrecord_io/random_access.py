@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -19,12 +18,21 @@ import numpy as np
 from . import files
 from .crc import masked_crc32c
 from .errors import CorruptRecordError, IndexFileError, TruncatedRecordError
-from .framing import BAD_DATA_CRC, BAD_LENGTH_CRC, FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE, FrameStream, _scan_frames
+from .framing import (
+    BAD_DATA_CRC,
+    BAD_LENGTH_CRC,
+    CRC_FIELD,
+    FOOTER_SIZE,
+    FRAME_OVERHEAD,
+    HEADER_SIZE,
+    LENGTH_FIELD,
+    FrameStream,
+    _scan_frames,
+    length_crc_ok,
+)
 from .index import RecordIndex, build_index, find_index, load_index
 from .reader import read_records
 
-_HEADER = struct.Struct("<QI")
-_U32 = struct.Struct("<I")
 
 
 def decode_frame(frame, path: str = "<buffer>", offset: int = 0, check_crc: bool = True) -> memoryview:
@@ -40,8 +48,8 @@ def decode_frame(frame, path: str = "<buffer>", offset: int = 0, check_crc: bool
     n = len(mv)
     if n < FRAME_OVERHEAD:
         raise TruncatedRecordError(f"truncated record: {n} bytes, less than a 16-byte empty frame", path, offset)
-    length, length_crc = _HEADER.unpack_from(mv, 0)
-    if check_crc and masked_crc32c(mv[:8]) != length_crc:
+    length = LENGTH_FIELD.unpack_from(mv, 0)[0]
+    if check_crc and not length_crc_ok(mv):
         raise CorruptRecordError(
             f"corrupt record header: the length field ({length}) does not match its CRC32C", path, offset
         )
@@ -53,7 +61,7 @@ def decode_frame(frame, path: str = "<buffer>", offset: int = 0, check_crc: bool
             offset,
         )
     data = mv[HEADER_SIZE : n - FOOTER_SIZE]
-    if check_crc and masked_crc32c(data) != _U32.unpack_from(mv, n - FOOTER_SIZE)[0]:
+    if check_crc and masked_crc32c(data) != CRC_FIELD.unpack_from(mv, n - FOOTER_SIZE)[0]:
         raise CorruptRecordError(
             f"corrupt record data: the {length} data bytes do not match their CRC32C", path, offset
         )
@@ -137,6 +145,41 @@ def scan_mapped(
     yield from stream.frames(stop=end)  # type: ignore[misc]
 
 
+def _open_indexed(path: str, need: int) -> Tuple[Optional[memoryview], Any]:
+    """``(mapping, None)`` for a local file that can be memory-mapped (checked to hold
+    the ``need`` bytes the index gives), else ``(None, stream)`` to read blocks from."""
+    if not files.is_remote(path):
+        try:
+            whole = _map_local(path)
+        except (OSError, ValueError):  # a file system without mmap: read blocks instead
+            whole = None
+        if whole is not None:
+            if len(whole) < need:
+                raise TruncatedRecordError(
+                    f"truncated file: the index gives frames up to byte {need} but the file ends at {len(whole)}",
+                    path,
+                    len(whole),
+                )
+            return whole, None
+    return None, files.open_raw(path, "rb")
+
+
+def _block(path: str, whole: Optional[memoryview], handle: Any, start: int, size: int) -> Tuple[Any, int]:
+    """A buffer holding bytes ``start .. start + size`` of the file and the file offset
+    of the buffer's first byte: the whole mapping, or those bytes read from ``handle``."""
+    if whole is not None:
+        return whole, 0
+    buf = _read_at(handle, start, size)
+    if len(buf) < size:
+        raise TruncatedRecordError(
+            f"truncated file: the index gives frames up to byte {start + size} but the file "
+            f"ends at {start + len(buf)}",
+            path,
+            start,
+        )
+    return buf, start
+
+
 def read_indexed(
     path: str,
     index: RecordIndex,
@@ -163,24 +206,8 @@ def read_indexed(
         return
     offsets, sizes = index.offsets, index.sizes
     ends = offsets[first:last] + sizes[first:last]
-    handle: Any = None
-    whole: Optional[memoryview] = None
-    if not files.is_remote(path):
-        try:
-            whole = _map_local(path)
-        except (OSError, ValueError):  # a file system without mmap: read blocks instead
-            whole = None
-    if whole is None:
-        handle = files.open_raw(path, "rb")
+    whole, handle = _open_indexed(path, int(ends[-1]))
     try:
-        if whole is not None:
-            need = int(ends[-1])
-            if len(whole) < need:
-                raise TruncatedRecordError(
-                    f"truncated file: the index gives frames up to byte {need} but the file ends at {len(whole)}",
-                    path,
-                    len(whole),
-                )
         i = first
         while i < last:
             start = int(offsets[i])
@@ -188,19 +215,7 @@ def read_indexed(
             j = max(i + 1, first + int(np.searchsorted(ends, start + block_size, side="right")))
             j = min(j, last)
             size = int(ends[j - 1 - first]) - start
-            if whole is not None:
-                buf: Any = whole
-                base = 0
-            else:
-                buf = _read_at(handle, start, size)
-                base = start
-                if len(buf) < size:
-                    raise TruncatedRecordError(
-                        f"truncated file: the index gives frames up to byte {start + size} but the file "
-                        f"ends at {start + len(buf)}",
-                        path,
-                        start,
-                    )
+            buf, base = _block(path, whole, handle, start, size)
             out: List[int] = []
             pos, status = _scan_frames(buf, start - base, start - base + size, check_crc, out)
             starts = out[0::2]

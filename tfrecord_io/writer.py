@@ -11,14 +11,13 @@ it wrote, without reading the file back.
 from __future__ import annotations
 
 import os
-import struct
 from typing import Any, List, Mapping, Optional
 
 from . import files
 from .codec import serialize_example, serialize_sequence_example
 from .crc import masked_crc32c
 from .index import RecordIndex, write_index_atomic
-from .framing import FRAME_OVERHEAD
+from .framing import CRC_FIELD, FRAME_OVERHEAD, LENGTH_FIELD, encode_frame
 
 import numpy as np
 
@@ -26,9 +25,6 @@ try:  # one C call frames a whole batch (CRCs included) into one buffer
     from ._speedups import encode_frames as _encode_frames  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - exercised when the extension is absent
     _encode_frames = None
-
-_LENGTH = struct.Struct("<Q")
-_U32 = struct.Struct("<I")
 
 
 class RecordWriter:
@@ -49,8 +45,7 @@ class RecordWriter:
         self._atomic = atomic
         self._target = self.path
         if atomic:
-            directory, name = os.path.split(self.path)
-            self._target = os.path.join(directory, f".{name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
+            self._target = files.temp_path_beside(self.path)
         self._file = files.open_write(self._target, self.compression)
         self._index_path = index_path
         self._offsets: List[int] = []
@@ -65,16 +60,10 @@ class RecordWriter:
 
     def write_record(self, data) -> None:
         """Write one payload (bytes, bytearray or memoryview) as one frame."""
-        n = len(data)
-        length_bytes = _LENGTH.pack(n)
-        self._write(
-            b"".join(
-                (length_bytes, _U32.pack(masked_crc32c(length_bytes)), data, _U32.pack(masked_crc32c(data)))
-            )
-        )
+        self._write(encode_frame(data))
         if self._index_path:
             self._offsets.append(self._position)
-        self._position += n + FRAME_OVERHEAD
+        self._position += len(data) + FRAME_OVERHEAD
         self.records_written += 1
 
     def write_records(self, records) -> None:
@@ -91,7 +80,7 @@ class RecordWriter:
             self._position += len(data)
             self.records_written += len(batch)
             return
-        pack_len, pack_crc, crc = _LENGTH.pack, _U32.pack, masked_crc32c
+        pack_len, pack_crc, crc = LENGTH_FIELD.pack, CRC_FIELD.pack, masked_crc32c
         parts = []
         pos = self._position
         offsets = self._offsets if self._index_path else None

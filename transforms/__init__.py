@@ -85,12 +85,12 @@ from .rows import check_spec, encode_features, encode_row, encode_sequence_row
 from .spec import FeatureSpec, description, feature_specs, tf_parse_spec, to_tf_feature_spec
 
 _LAZY = {
-    "EncodeExample": "transforms.encode",
-    "EncodeSequenceExample": "transforms.encode",
-    "EncodeResult": "transforms.encode",
-    "DecodeExample": "transforms.decode",
-    "DecodeSequenceExample": "transforms.decode",
-    "DecodeResult": "transforms.decode",
+    "EncodeExample": "transforms.beam_encode",
+    "EncodeSequenceExample": "transforms.beam_encode",
+    "EncodeResult": "transforms.beam_encode",
+    "DecodeExample": "transforms.beam_decode",
+    "DecodeSequenceExample": "transforms.beam_decode",
+    "DecodeResult": "transforms.beam_decode",
     "ValidateTFRecords": "transforms.validate",
 }
 

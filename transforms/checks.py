@@ -95,13 +95,6 @@ def list_files(patterns: Iterable[str]) -> List[Tuple[str, int]]:
     return sorted(out.items())
 
 
-def split_file(path: str, size: int, bundle_size: int, compression_type: Optional[str] = None) -> List[Tuple[str, int, Optional[int]]]:
-    """Byte ranges ``(path, start, end)`` tiling the file; one whole range if compressed."""
-    if files.normalize_compression(compression_type, path) or size <= bundle_size:
-        return [(path, 0, None)]
-    return [(path, s, min(s + bundle_size, size) if s + bundle_size < size else None) for s in range(0, size, bundle_size)]
-
-
 def read_range(path: str, start: int, end: Optional[int], specs: Sequence[FeatureSpec], compression_type: Optional[str] = None, check_crc: bool = True) -> Iterable[Tuple]:
     """Validation items for one byte range: ``("record", path, offset, nbytes, problems)``
     per record and ``("corrupt", path, start, end, reason)`` per bad region (or read error)."""
@@ -195,4 +188,4 @@ def validate_files(patterns, spec: SpecLike = None, compression_type: Optional[s
     return finish_report(report)
 
 
-__all__ = ["add_item", "check_record", "empty_report", "finish_report", "list_files", "merge_reports", "read_range", "split_file", "validate_files"]
+__all__ = ["add_item", "check_record", "empty_report", "finish_report", "list_files", "merge_reports", "read_range", "validate_files"]

@@ -35,7 +35,7 @@ from .. import iterator_utils
 from ..codec import Description, parse_example, parse_sequence_example
 from ..errors import ExampleCodecError
 from ..random_access import IndexedRecordReader
-from ..shard_names import PathSpec, expand, split_files
+from ..path_specs import PathSpec, expand, split_files
 from ..sharding import FileInfo, Piece, describe_files, plan_shard, read_piece, shard_count
 from .context import ReadContext, current_context, distributed_rank, draw_torch_seed, make_rng
 
