@@ -25,6 +25,13 @@ differently by the two libraries:
   the worker) and offers no by-value registration (its ``recurse`` setting, which
   would pickle just the globals a function uses, misreads Python 3.11+ bytecode and
   drops names), so under dill -- and only then -- ``tests/`` goes on ``PYTHONPATH`` too.
+
+Which tests the rerun needs. A test marked ``beam`` whose pipelines all run in CLI
+subprocesses runs Beam's default pickler under either option, so a rerun repeats it
+unchanged. ``--beam-record=FILE`` writes the ids of the tests that did use Beam's pickler
+in the test process (built a ``beam.Pipeline`` or called ``pickler.dumps``/``loads``,
+fixtures included); ``--beam-only-recorded=FILE`` deselects every other test, so the
+rerun under the other library runs exactly the tests the library can change.
 """
 
 from __future__ import annotations
@@ -33,7 +40,9 @@ import functools
 import os
 import re
 import sys
-from typing import Dict
+from typing import Dict, Optional, Set
+
+import pytest
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS)
@@ -57,6 +66,45 @@ def pytest_addoption(parser):
     )
 
 
+    parser.addoption(
+        "--beam-record",
+        metavar="FILE",
+        help="write the ids of the tests that used Beam's pickler in this process to FILE",
+    )
+    parser.addoption(
+        "--beam-only-recorded",
+        metavar="FILE",
+        help="run only the tests listed in FILE (written by --beam-record)",
+    )
+
+
+# The test being run (setup, call and teardown), and the tests that used Beam's pickler.
+_current_test: Optional[str] = None
+_used_beam_pickler: Set[str] = set()
+
+
+def _note_pickler_use() -> None:
+    if _current_test is not None:
+        _used_beam_pickler.add(_current_test)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    global _current_test
+    _current_test = item.nodeid
+    try:
+        yield
+    finally:
+        _current_test = None
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("--beam-record")
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(f"{nodeid}\n" for nodeid in sorted(_used_beam_pickler))
+
+
 def pytest_configure(config):
     library = _use_pickler(config.getoption("--beam-pickler"))
     _set_worker_path([REPO, TESTS] if library == "dill" else [REPO])
@@ -67,9 +115,8 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark the tests of every module that builds pipelines (``-m beam`` selects them)."""
-    import pytest
-
+    """Mark the tests of every module that builds pipelines (``-m beam`` selects them);
+    with ``--beam-only-recorded``, keep only the recorded tests."""
     builds: Dict[str, bool] = {}
     for item in items:
         path = str(item.fspath)
@@ -78,6 +125,17 @@ def pytest_collection_modifyitems(config, items):
                 builds[path] = bool(_BUILDS_PIPELINES.search(f.read()))
         if builds[path]:
             item.add_marker(pytest.mark.beam)
+    recorded_path = config.getoption("--beam-only-recorded")
+    if recorded_path:
+        if not os.path.exists(recorded_path):
+            raise pytest.UsageError(f"--beam-only-recorded: {recorded_path} does not exist (write it with --beam-record)")
+        with open(recorded_path, encoding="utf-8") as f:
+            recorded = {line.rstrip("\n") for line in f if line.strip()}
+        keep = [item for item in items if item.nodeid in recorded]
+        dropped = [item for item in items if item.nodeid not in recorded]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
 
 
 def _set_worker_path(first: list) -> None:
@@ -117,6 +175,7 @@ def _use_pickler(library: str) -> str:
 
     @functools.wraps(original)
     def init(self, *args, **kwargs):
+        _note_pickler_use()
         original(self, *args, **kwargs)
         setup = self.options.view_as(SetupOptions)
         if library != "default" and setup.pickle_library == "default":
@@ -126,4 +185,17 @@ def _use_pickler(library: str) -> str:
             _register_test_modules_by_value()
 
     beam.Pipeline.__init__ = init
+    for name in ("dumps", "loads"):
+        setattr(pickler, name, _noting_use(getattr(pickler, name)))
     return _effective(library)
+
+
+def _noting_use(function):
+    """``function`` (one of Beam's pickler calls), noting that the current test used it."""
+
+    @functools.wraps(function)
+    def noted(*args, **kwargs):
+        _note_pickler_use()
+        return function(*args, **kwargs)
+
+    return noted
