@@ -381,12 +381,14 @@ def plan_build(cfg: Dict[str, Any]) -> BuildPlan:
 
 
 def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print,
-              on_version: Optional[Callable[[str], None]] = None) -> BuildSummary:
+              on_version: Optional[Callable[[str], None]] = None, workers=None) -> BuildSummary:
     """Plan (:func:`plan_build`), claim a version, run the pipeline, write
     ``dataset_info.json`` and publish; an unfinished version is removed on failure.
 
     ``on_version`` is told the version's name as soon as this run owns it, so a caller
-    can say what a failure left there (the CLI's failure block)."""
+    can say what a failure left there (the CLI's failure block). ``workers``: local
+    workers forked before planning (``local_workers.ForkedWorkers``, the CLI's), else
+    the runner starts its own."""
     from apache_beam.io.filesystems import FileSystems
 
     started = time.monotonic()
@@ -406,7 +408,7 @@ def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print,
     assert claim is not None
     try:
         refs = write_task_files(plan.tasks, version_dir)
-        _run_pipeline(plan, refs, version_dir, cfg["output"]["write_index"], options, progress)
+        _run_pipeline(plan, refs, version_dir, cfg["output"]["write_index"], options, progress, workers)
         shards, rejected_lines, rejected_path = _collect_shards(plan, version_dir, version)
         written = sum(s["records"] for s in shards)
         info = _dataset_info(cfg, plan, version, shards, len(rejected_lines))
@@ -464,11 +466,14 @@ def _dataset_info(cfg: Dict[str, Any], plan: BuildPlan, version: str, shards: Li
 
 
 def _run_pipeline(plan: BuildPlan, refs: List[Dict[str, Any]], version_dir: str, write_index: bool, options,
-                  progress: bool) -> None:
+                  progress: bool, workers=None) -> None:
     """The Beam job: each shard task (``refs``, see :func:`write_task_files`) encoded
     and written where it lands, shard files and their metadata under ``version_dir``."""
+    runner = None
+    if workers is not None:
+        runner, options = workers.pipeline_runner(options)
     with ProgressPrinter("build", enabled=progress, rate_stage="encoded", total=len(plan.rows)) as bar:
-        with beam.Pipeline(options=options) as p:
+        with beam.Pipeline(runner=runner, options=options) as p:
             (
                 p
                 # Typed KV[Any, Any]: coded by Beam's deterministic FastPrimitivesCoder,

@@ -223,16 +223,23 @@ def write_bytes(path: str, data: bytes, create_dirs: bool = True) -> None:
     if create_dirs:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = temp_path_beside(path)
+    unnamed: Optional[OSError] = None
     try:
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise
+        if not (isinstance(err, OSError) and err.errno and not err.filename):
+            raise
+        unnamed = err
+    if unnamed is not None:
+        # a failed write or fsync says only "No space left on device": name the file
+        # (raised outside the handler, so the error's chain ends with the named one)
+        raise OSError(unnamed.errno, unnamed.strerror, path)
 
 
 def delete(paths: List[str]) -> None:
