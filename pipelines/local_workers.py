@@ -196,12 +196,18 @@ class ForkedWorkers:
         without a running mode (FnApiRunner replaces the environment it is given
         for ``multi_processing``/``multi_threading``)."""
         from apache_beam.options.pipeline_options import PipelineOptions
+        from apache_beam.portability.api import beam_provision_api_pb2
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+        from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo
+        from apache_beam.runners.portability.portable_runner import JobServiceHandle
         from apache_beam.transforms.environments import ExternalEnvironment
 
         address = self._serve()
-        runner = FnApiRunner(default_environment=ExternalEnvironment(address))
         copy = PipelineOptions([], **{**options.get_all_options(drop_default=True), "direct_running_mode": None})
+        # what the workers get from the provision service, as the DirectRunner provides it
+        provision = ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(
+            pipeline_options=JobServiceHandle.encode_pipeline_options(copy.get_all_options())))
+        runner = FnApiRunner(default_environment=ExternalEnvironment(address), provision_info=provision)
         return runner, copy
 
     def _serve(self) -> str:
