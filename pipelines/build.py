@@ -111,8 +111,8 @@ def write_task_files(tasks: List[ShardTask], version_dir: str) -> List[Dict[str,
 def read_task(ref: Dict[str, Any]) -> ShardTask:
     """The worker's side of :func:`write_task_files`: the task with its rows, in order."""
     data = files.read_bytes(ref["rows_file"])
-    # split on b"\n" only: JSON escapes newlines, but str.splitlines would also cut at
-    # U+2028 and other line breaks that ensure_ascii=False leaves in the text
+    # one JSON value a line (JSON escapes line breaks inside strings); the bytes are
+    # split, not the decoded text, whose splitlines() would also cut at U+2028
     rows = [json.loads(line) for line in data.split(b"\n") if line]
     if len(rows) != ref["rows"]:
         raise RuntimeError(f"{ref['rows_file']}: {len(rows)} rows, the plan has {ref['rows']}")

@@ -33,6 +33,7 @@ unchanged; so do the distributed runners (Flink, Spark, Prism).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import struct
@@ -106,8 +107,6 @@ def _worker_main(read_fd: int) -> None:
         # fd 2 is the job's log (failures.JobLog), as for Beam's own worker processes
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
         threading.excepthook = threading.__excepthook__
-        import logging
-
         logging.getLogger().handlers = []
         message = _read_message(read_fd)
         os.close(read_fd)
@@ -170,6 +169,7 @@ class ForkedWorkers:
             self._pids.append(pid)
         for pid in self._pids:
             threading.Thread(target=self._watch, args=(pid,), name=f"watch-worker-{pid}", daemon=True).start()
+        logging.getLogger(__name__).info("forked %d local SDK workers: pids %s", count, self._pids)
 
     def __enter__(self) -> "ForkedWorkers":
         return self
