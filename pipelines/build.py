@@ -472,6 +472,16 @@ def _run_pipeline(plan: BuildPlan, refs: List[Dict[str, Any]], version_dir: str,
     runner = None
     if workers is not None:
         runner, options = workers.pipeline_runner(options)
+    try:
+        _run_shard_tasks(plan, refs, version_dir, write_index, options, progress, runner)
+    except BaseException:
+        if workers is not None:
+            workers.close(kill=True)  # gone before run_build removes the version
+        raise
+
+
+def _run_shard_tasks(plan: BuildPlan, refs: List[Dict[str, Any]], version_dir: str, write_index: bool, options,
+                     progress: bool, runner) -> None:
     with ProgressPrinter("build", enabled=progress, rate_stage="encoded", total=len(plan.rows)) as bar:
         with beam.Pipeline(runner=runner, options=options) as p:
             (

@@ -174,8 +174,8 @@ class ForkedWorkers:
     def __enter__(self) -> "ForkedWorkers":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(kill=exc_type is not None)
 
     def _watch(self, pid: int) -> None:
         """Wait for one worker; a worker that dies while the job runs is reported the way
@@ -247,12 +247,22 @@ class ForkedWorkers:
             os.close(write_fd)
         return ""
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
         """Release idle workers, wait for the others to leave (they do once the runner
-        has closed their control streams), kill any that does not."""
+        has closed their control streams), kill any that does not. ``kill``: the job
+        failed; kill them at once and wait until they are gone, so nothing they write
+        outlives the launcher's clean-up (Beam's runner waits for its own worker
+        processes; for an EXTERNAL environment it does not)."""
         import time
 
         self._closing = True
+        if kill:
+            for pid in self._pids:
+                if _running(pid):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
         with self._lock:
             idle, self._idle = self._idle, []
         for _, write_fd in idle:
