@@ -47,9 +47,8 @@ EXIT_TIMEOUT_S = 10.0
 
 
 def worker_count(options) -> Optional[int]:
-    """How many local workers to fork for a job with these PipelineOptions, or None
-    when the job does not run on the DirectRunner's multi-processing workers (or
-    forking is not safe here)."""
+    """How many local workers a job with these PipelineOptions runs on the
+    DirectRunner's multi-processing workers, or None when it runs elsewhere."""
     from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions
 
     runner = options.view_as(StandardOptions).runner
@@ -59,9 +58,13 @@ def worker_count(options) -> Optional[int]:
         return None
     if direct.direct_running_mode != "multi_processing" or options.view_as(PortableOptions).environment_type:
         return None
-    if not hasattr(os, "fork") or not sys.platform.startswith("linux") or threading.active_count() != 1:
-        return None
     return direct.direct_num_workers or os.cpu_count() or 1
+
+
+def can_fork() -> bool:
+    """Is forking this process safe: Linux, and no thread but the main one (so no gRPC
+    channel or server either: Beam starts threads with them)?"""
+    return hasattr(os, "fork") and sys.platform.startswith("linux") and threading.active_count() == 1
 
 
 def _name_process(name: bytes) -> None:
@@ -295,7 +298,7 @@ def fork_workers(options, preload: Sequence[str] = ()) -> Optional[ForkedWorkers
     import, imported before forking), or None where Beam's own are used (see the
     module docstring)."""
     count = worker_count(options)
-    return ForkedWorkers(count, preload) if count else None
+    return ForkedWorkers(count, preload) if count and can_fork() else None
 
 
-__all__ = ["ForkedWorkers", "fork_workers", "worker_count"]
+__all__ = ["ForkedWorkers", "can_fork", "fork_workers", "worker_count"]
