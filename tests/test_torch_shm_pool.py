@@ -146,3 +146,19 @@ def test_large_numpy_arrays_and_pinned_batches_go_through_the_pool(data):
     assert max(b["slots"] for b in got) >= 1
     for batch in got:
         _check(batch)
+
+
+def test_after_the_first_batch_the_main_process_opens_the_slot_through_proc():
+    pool = BufferPool()
+    t = pool.tensor((1024,), torch.int64)
+    t.copy_(torch.arange(1024))
+    slot = pool.slot_of(t)
+    assert slot.counters[2] == 0
+    first = send(slot, t)  # by DupFd, a round trip to the sender; then the receiver checks /proc
+    assert slot.counters[2] == 1
+    again = send(slot, t[10:20])  # by /proc only
+    assert torch.equal(first, torch.arange(1024)) and torch.equal(again, torch.arange(10, 20))
+    data = ForkingPickler.dumps(PooledTensor(slot, t))
+    pool._drop(slot)  # the descriptor is gone before the batch is opened: a clear error, not other memory
+    with pytest.raises(RuntimeError, match=r"cannot open the shared-memory batch buffer of DataLoader worker \d+"):
+        pickle.loads(data)

@@ -8,17 +8,26 @@ segment written a second time faults no more, so each worker keeps a few segment
 ("slots") and writes its next batch into one the main process has let go of.
 
 The release protocol (one writer per counter, so no locks): each slot starts with a
-header of two int64 counters. The worker adds one to ``sent`` whenever it pickles a
-tensor of the slot for the main process; the main process maps the slot (the file
-descriptor travels as the DataLoader passes torch's own, ``multiprocessing``'s
-``DupFd``), wraps the bytes in a tensor without copying, and adds one to ``released``
-when the last tensor or view over that memory is freed (a ``weakref.finalize`` on the
+header of int64 counters. The worker adds one to ``sent`` whenever it pickles a tensor
+of the slot for the main process; the main process maps the slot, wraps the bytes in a
+tensor without copying, and adds one to ``released`` when the last tensor or view over
+that memory is freed (a ``weakref.finalize`` on the
 NumPy array that owns the tensor's storage, so views, ``.numpy()`` and slices keep it
 held; ``pin_memory`` copies and lets go at once). The worker reuses a slot only when
 ``released == sent`` and no tensor of its own still uses it. A batch the user keeps is
 therefore never overwritten: when no slot is free the worker takes a new one, up to
 ``POOL_SLOTS``, and past that allocates a fresh segment as torch does. Memory stays
 bounded by ``POOL_SLOTS`` slots per worker plus whatever the user keeps.
+
+How the main process opens a slot: the first time, through ``multiprocessing``'s
+``DupFd``, as torch passes its own segments' descriptors; that is a round trip to a
+thread of the worker, which answers only when it gets the worker's GIL (~5-8 ms per
+batch measured here, the main loop waiting). So the main process then checks that it
+can open the same file as ``/proc/<worker pid>/fd/<fd>`` and says so in the slot's
+header (``by_proc``); from then on the worker sends only its pid, the descriptor's
+number and the file's identity (device, inode), which the main process opens itself and
+checks. The worker closes a slot's descriptor only once every batch sent from it has
+been released, so the number cannot name another file while a batch is on its way.
 
 Linux only (``os.memfd_create``); elsewhere ``worker_pool()`` is None and batches take
 torch's fresh segments as before.
@@ -54,7 +63,9 @@ class Slot:
         self.fd = os.memfd_create("tfrecord-io-batch", os.MFD_CLOEXEC)
         os.ftruncate(self.fd, self.length)
         self.mapping = mmap.mmap(self.fd, self.length)
-        self.counters = np.ndarray((2,), np.int64, buffer=self.mapping)  # [sent, released]
+        self.counters = np.ndarray((3,), np.int64, buffer=self.mapping)  # [sent, released, by_proc]
+        st = os.fstat(self.fd)
+        self.identity = (st.st_dev, st.st_ino)
         self.data = np.ndarray((capacity,), np.uint8, buffer=self.mapping, offset=HEADER)
         self.address = self.data.ctypes.data
         self.held = False  # a tensor in this (the worker) process still uses the memory
@@ -127,27 +138,68 @@ class PooledTensor:
 
     def __reduce__(self) -> Tuple[Callable[..., torch.Tensor], Tuple[Any, ...]]:
         t = self.tensor
-        self.slot.counters[0] += 1  # sent: the slot stays busy until the main process releases it
-        return rebuild_pooled, (
-            DupFd(self.slot.fd), self.slot.length, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset(),
-        )
+        slot = self.slot
+        slot.counters[0] += 1  # sent: the slot stays busy until the main process releases it
+        dup = None if slot.counters[2] else DupFd(slot.fd)
+        where = (dup, os.getpid(), slot.fd, slot.identity, slot.length)
+        return rebuild_pooled, (where, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
 
 
 def _release(counters: np.ndarray) -> None:
     counters[1] += 1
 
 
+def _open_by_proc(pid: int, fd: int, identity: Tuple[int, int]) -> Optional[int]:
+    """The worker's descriptor ``fd`` opened anew through ``/proc``, if that is the file
+    ``identity`` names; else None."""
+    try:
+        mine = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return None
+    st = os.fstat(mine)
+    if (st.st_dev, st.st_ino) != tuple(identity):
+        os.close(mine)
+        return None
+    return mine
+
+
+def _open_slot(where: Tuple[Any, int, int, Tuple[int, int], int]) -> Tuple[int, bool]:
+    """(a descriptor of the slot's file in this process, whether the worker should be
+    told that ``/proc`` works)."""
+    dup, pid, fd, identity, _ = where
+    if dup is None:
+        mine = _open_by_proc(pid, fd, identity)
+        if mine is None:
+            raise RuntimeError(
+                f"cannot open the shared-memory batch buffer of DataLoader worker {pid} "
+                f"(/proc/{pid}/fd/{fd}); the worker has exited or /proc is no longer readable"
+            )
+        return mine, False
+    mine = dup.detach()
+    probe = _open_by_proc(pid, fd, identity)
+    if probe is not None:
+        os.close(probe)
+    return mine, probe is not None
+
+
 def rebuild_pooled(
-    dup: Any, length: int, dtype: torch.dtype, shape: Tuple[int, ...], stride: Tuple[int, ...], offset: int
+    where: Tuple[Any, int, int, Tuple[int, int], int],
+    dtype: torch.dtype,
+    shape: Tuple[int, ...],
+    stride: Tuple[int, ...],
+    offset: int,
 ) -> torch.Tensor:
     """In the main process: the tensor a worker sent, over the slot's memory (no copy).
     When its storage is freed, the slot's ``released`` counter goes up by one."""
-    fd = dup.detach()
+    length = where[4]
+    fd, by_proc = _open_slot(where)
     try:
         mapping = mmap.mmap(fd, length)
     finally:
         os.close(fd)
-    counters = np.ndarray((2,), np.int64, buffer=mapping)
+    counters = np.ndarray((3,), np.int64, buffer=mapping)
+    if by_proc:
+        counters[2] = 1
     raw = np.ndarray((length - HEADER,), np.uint8, buffer=mapping, offset=HEADER)
     weakref.finalize(raw, _release, counters).atexit = False
     typed = torch.from_numpy(raw).view(dtype)
