@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from tfrecord_io.torch import TFRecordBatchDataset, batch_tensor
-from tfrecord_io.torch.shm_pool import POOL_SLOTS, BufferPool, PooledTensor, worker_pool
+from tfrecord_io.torch.shm_pool import _KEPT, KEPT_SLOTS, POOL_SLOTS, BufferPool, PooledTensor, free_batch_buffers, worker_pool
 
 from tests.torch_data import write_examples
 
@@ -29,6 +29,14 @@ pytestmark = [
 N = 480
 DESC = {"id": "int"}
 ROW = 64 * 1024  # bytes per record: a batch of 16 is 1 MiB, above PIPE_LIMIT, so it takes the pool
+
+
+@pytest.fixture(autouse=True)
+def no_kept_buffers():
+    """Each test starts without buffers kept from an earlier test's workers."""
+    free_batch_buffers()
+    yield
+    free_batch_buffers()
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +170,40 @@ def test_after_the_first_batch_the_main_process_opens_the_slot_through_proc():
     pool._drop(slot)  # the descriptor is gone before the batch is opened: a clear error, not other memory
     with pytest.raises(RuntimeError, match=r"cannot open the shared-memory batch buffer of DataLoader worker \d+"):
         pickle.loads(data)
+
+
+def slot_identity_rows(batch):
+    """``ids_rows`` plus the identity (device, inode) of the slot the rows were written to
+    ((0, 0): a fresh segment, the pool being full)."""
+    out = ids_rows(batch)
+    slot = worker_pool().slot_of(out["rows"])
+    out["slot"] = torch.tensor(slot.identity if slot is not None else (0, 0))
+    return out
+
+
+def test_the_next_epochs_workers_adopt_the_kept_buffers_and_never_overwrite_kept_batches(data):
+    path, index = data
+    ds = TFRecordBatchDataset(path, index, DESC, 16, batch_transform=slot_identity_rows)
+    loader = DataLoader(ds, batch_size=None, num_workers=2)
+    first = {tuple(b["slot"].tolist()) for b in loader} - {(0, 0)}
+    assert 0 < len(_KEPT) <= KEPT_SLOTS and set(_KEPT) <= first
+    kept = list(loader)  # the second epoch, every batch kept
+    assert {tuple(b["slot"].tolist()) for b in kept} & first  # new workers wrote into the old buffers
+    again = list(loader)  # a third epoch while every batch of the second is still held
+    for batch in kept + again:
+        _check(batch)
+    free_batch_buffers()
+    assert not _KEPT
+
+
+def test_two_loaders_at_once_never_share_a_buffer(data):
+    path, index = data
+    ds = TFRecordBatchDataset(path, index, DESC, 16, batch_transform=slot_identity_rows)
+    a, b = (DataLoader(ds, batch_size=None, num_workers=2) for _ in range(2))
+    list(a)  # buffers kept for both loaders' next workers to compete for
+    kept = []
+    for x, y in zip(a, b):  # two sets of workers alive at once, forked with the same kept buffers
+        kept += [x, y]
+    for batch in kept:
+        _check(batch)
+    assert sorted(int(i) for x in kept for i in x["id"].reshape(-1)) == sorted(list(range(N)) * 2)

@@ -35,8 +35,10 @@ torch's fresh segments as before.
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
+from collections import OrderedDict
 import weakref
 from math import prod
 from multiprocessing.reduction import DupFd
@@ -52,23 +54,58 @@ HEADER = mmap.PAGESIZE
 #: worker in flight, the training loop holds one or two more; past this many busy
 #: slots a batch takes a fresh segment (correct, only slower)
 POOL_SLOTS = 6
+#: slots the main process keeps after their worker has gone, for the next epoch's
+#: workers to adopt (``free_batch_buffers()`` lets go of them)
+KEPT_SLOTS = 12
+#: ``madvise`` advice (Linux 5.14): map every page of a range for writing in one call
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 
 
 class Slot:
-    """One shared-memory segment of a worker's pool (see the module doc)."""
+    """One shared-memory segment of a worker's pool (see the module doc), held with an
+    exclusive ``flock`` on this process's own open file: no other worker adopts it while
+    this one lives."""
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.length = HEADER + capacity
-        self.fd = os.memfd_create("tfrecord-io-batch", os.MFD_CLOEXEC)
-        os.ftruncate(self.fd, self.length)
-        self.mapping = mmap.mmap(self.fd, self.length)
-        self.counters = np.ndarray((3,), np.int64, buffer=self.mapping)  # [sent, released, by_proc]
-        st = os.fstat(self.fd)
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        st = os.fstat(fd)
         self.identity = (st.st_dev, st.st_ino)
-        self.data = np.ndarray((capacity,), np.uint8, buffer=self.mapping, offset=HEADER)
+        self.length = st.st_size
+        self.capacity = self.length - HEADER
+        self.mapping = mmap.mmap(fd, self.length)
+        self.counters = np.ndarray((3,), np.int64, buffer=self.mapping)  # [sent, released, by_proc]
+        self.data = np.ndarray((self.capacity,), np.uint8, buffer=self.mapping, offset=HEADER)
         self.address = self.data.ctypes.data
         self.held = False  # a tensor in this (the worker) process still uses the memory
+
+    @classmethod
+    def create(cls, capacity: int) -> "Slot":
+        fd = os.memfd_create("tfrecord-io-batch", os.MFD_CLOEXEC)
+        os.ftruncate(fd, HEADER + capacity)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # new: nobody else can hold it
+        return cls(fd)
+
+    @classmethod
+    def adopt(cls, kept_fd: int) -> Optional["Slot"]:
+        """A slot an earlier worker made and the main process kept (``kept_fd``, inherited
+        from it), if no living worker holds it; its pages exist already, so they are
+        mapped in one call instead of faulting in one by one."""
+        try:
+            fd = os.open(f"/proc/self/fd/{kept_fd}", os.O_RDWR | os.O_CLOEXEC)  # an open file of our own
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        slot = cls(fd)
+        slot.counters[2] = 0  # by_proc: the main process checks /proc for this worker anew
+        try:
+            slot.mapping.madvise(MADV_POPULATE_WRITE)
+        except (OSError, ValueError):
+            pass  # an older kernel: the pages fault in on first write, still without zeroing
+        return slot
 
     def free(self) -> bool:
         return not self.held and int(self.counters[0]) == int(self.counters[1])
@@ -92,10 +129,20 @@ class Slot:
 class BufferPool:
     """The slots of one worker process."""
 
-    def __init__(self, max_slots: int = POOL_SLOTS) -> None:
+    def __init__(self, max_slots: int = POOL_SLOTS, adopt: Sequence[int] = ()) -> None:
         self.max_slots = max_slots
         self.slots: List[Slot] = []
         self.by_address: Dict[int, Slot] = {}
+        for kept_fd in adopt:
+            if len(self.slots) >= max_slots:
+                break
+            slot = Slot.adopt(kept_fd)
+            if slot is not None:
+                self._add(slot)
+
+    def _add(self, slot: Slot) -> None:
+        self.slots.append(slot)
+        self.by_address[slot.address] = slot
 
     def tensor(self, shape: Sequence[int], dtype: torch.dtype) -> Optional[torch.Tensor]:
         """An uninitialised tensor in a free slot (or a new one); None when every slot
@@ -110,9 +157,8 @@ class BufferPool:
             if not free:
                 return None
             self._drop(min(free, key=lambda s: s.capacity))  # too small: make room for a bigger one
-        slot = Slot(_round_up(max(nbytes, 1), HEADER))
-        self.slots.append(slot)
-        self.by_address[slot.address] = slot
+        slot = Slot.create(_round_up(max(nbytes, 1), HEADER))
+        self._add(slot)
         return slot.take(shape, dtype)
 
     def _drop(self, slot: Slot) -> None:
@@ -165,7 +211,8 @@ def _open_by_proc(pid: int, fd: int, identity: Tuple[int, int]) -> Optional[int]
 
 def _open_slot(where: Tuple[Any, int, int, Tuple[int, int], int]) -> Tuple[int, bool]:
     """(a descriptor of the slot's file in this process, whether the worker should be
-    told that ``/proc`` works)."""
+    told that ``/proc`` works). A file opened through ``/proc`` is also kept
+    (``_keep``)."""
     dup, pid, fd, identity, _ = where
     if dup is None:
         mine = _open_by_proc(pid, fd, identity)
@@ -174,12 +221,48 @@ def _open_slot(where: Tuple[Any, int, int, Tuple[int, int], int]) -> Tuple[int, 
                 f"cannot open the shared-memory batch buffer of DataLoader worker {pid} "
                 f"(/proc/{pid}/fd/{fd}); the worker has exited or /proc is no longer readable"
             )
+        _keep(identity, mine)
         return mine, False
-    mine = dup.detach()
+    mine = dup.detach()  # the worker's own open file, which holds its lock: never kept
     probe = _open_by_proc(pid, fd, identity)
-    if probe is not None:
-        os.close(probe)
-    return mine, probe is not None
+    if probe is None:
+        return mine, False
+    _keep(identity, probe)
+    os.close(probe)
+    return mine, True
+
+
+#: the main process's own open files of the slots it has received, newest last, at most
+#: ``KEPT_SLOTS``: a DataLoader's next workers (forked from this process) adopt them
+_KEPT: "OrderedDict[Tuple[int, int], int]" = OrderedDict()
+
+
+def _keep(identity: Tuple[int, int], fd: int) -> None:
+    if identity in _KEPT:
+        _KEPT.move_to_end(identity)
+        return
+    _KEPT[identity] = os.dup(fd)
+    while len(_KEPT) > KEPT_SLOTS:
+        os.close(_KEPT.popitem(last=False)[1])
+
+
+def free_batch_buffers() -> None:
+    """Let go of the shared-memory batch buffers this process keeps for the next
+    epoch's DataLoader workers (at most ``KEPT_SLOTS`` buffers of one batch each; the
+    memory is freed once no worker or tensor uses it). Call it when no more epochs of a
+    ``TFRecordBatchDataset`` will run but the process goes on."""
+    while _KEPT:
+        os.close(_KEPT.popitem()[1])
+
+
+def _adoptable() -> List[int]:
+    """In a new worker: the kept buffers inherited from the main process that are this
+    worker's share (workers start at different ones, so they rarely contend; the lock
+    decides); the inherited descriptors are closed here once adopted or not."""
+    kept = list(_KEPT.values())
+    info = torch.utils.data.get_worker_info()
+    share = -(-len(kept) // max(1, info.num_workers)) if kept else 0
+    return kept[info.id * share:(info.id + 1) * share]
 
 
 def rebuild_pooled(
@@ -225,8 +308,11 @@ def worker_pool() -> Optional[BufferPool]:
         return None
     pid = os.getpid()
     if _POOL[0] != pid:
-        _POOL = (pid, BufferPool())
+        pool = BufferPool(adopt=_adoptable())
+        while _KEPT:  # copies of the main process's descriptors: the adopted slots have their own
+            os.close(_KEPT.popitem()[1])
+        _POOL = (pid, pool)
     return _POOL[1]
 
 
-__all__ = ["HEADER", "POOL_SLOTS", "BufferPool", "PooledTensor", "Slot", "rebuild_pooled", "worker_pool"]
+__all__ = ["HEADER", "KEPT_SLOTS", "POOL_SLOTS", "free_batch_buffers", "BufferPool", "PooledTensor", "Slot", "rebuild_pooled", "worker_pool"]
