@@ -167,6 +167,8 @@ def test_after_the_first_batch_the_main_process_opens_the_slot_through_proc():
     again = send(slot, t[10:20])  # by /proc only
     assert torch.equal(first, torch.arange(1024)) and torch.equal(again, torch.arange(10, 20))
     data = ForkingPickler.dumps(PooledTensor(slot, t))
+    assert set(_KEPT) == {slot.identity}  # the receiver keeps it mapped for the next batches
+    free_batch_buffers()
     pool._drop(slot)  # the descriptor is gone before the batch is opened: a clear error, not other memory
     with pytest.raises(RuntimeError, match=r"cannot open the shared-memory batch buffer of DataLoader worker \d+"):
         pickle.loads(data)

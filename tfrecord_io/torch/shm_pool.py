@@ -204,41 +204,31 @@ def _open_by_proc(pid: int, fd: int, identity: Tuple[int, int]) -> Optional[int]
     return mine
 
 
-def _open_slot(where: Tuple[Any, int, int, Tuple[int, int], int]) -> Tuple[int, bool]:
-    """(a descriptor of the slot's file in this process, whether the worker should be
-    told that ``/proc`` works). A file opened through ``/proc`` is also kept
-    (``_keep``)."""
-    dup, pid, fd, identity, _ = where
-    if dup is None:
-        mine = _open_by_proc(pid, fd, identity)
-        if mine is None:
-            raise RuntimeError(
-                f"cannot open the shared-memory batch buffer of DataLoader worker {pid} "
-                f"(/proc/{pid}/fd/{fd}); the worker has exited or /proc is no longer readable"
-            )
-        _keep(identity, mine)
-        return mine, False
-    mine = dup.detach()  # the worker's own open file, which holds its lock: never kept
-    probe = _open_by_proc(pid, fd, identity)
-    if probe is None:
-        return mine, False
-    _keep(identity, probe)
-    os.close(probe)
-    return mine, True
+class Kept:
+    """The main process's own open file of a slot it has received, and its mapping: the
+    next batches from the slot reuse the mapping (no open, no mmap, no page faults when
+    the consumer reads the batch), and the next epoch's workers adopt the file."""
+
+    __slots__ = ("fd", "mapping", "counters")
+
+    def __init__(self, fd: int, length: int) -> None:
+        self.fd = os.dup(fd)
+        self.mapping = mmap.mmap(self.fd, length)
+        self.counters = np.ndarray((3,), np.int64, buffer=self.mapping)
+
+    def close(self) -> None:
+        os.close(self.fd)  # the mapping goes with the last tensor over it
 
 
-#: the main process's own open files of the slots it has received, newest last, at most
-#: ``KEPT_SLOTS``: a DataLoader's next workers (forked from this process) adopt them
-_KEPT: "OrderedDict[Tuple[int, int], int]" = OrderedDict()
+#: the slots this (main) process has received, newest last, at most ``KEPT_SLOTS``
+_KEPT: "OrderedDict[Tuple[int, int], Kept]" = OrderedDict()
 
 
-def _keep(identity: Tuple[int, int], fd: int) -> None:
-    if identity in _KEPT:
-        _KEPT.move_to_end(identity)
-        return
-    _KEPT[identity] = os.dup(fd)
+def _keep(identity: Tuple[int, int], fd: int, length: int) -> Kept:
+    kept = _KEPT[identity] = Kept(fd, length)
     while len(_KEPT) > KEPT_SLOTS:
-        os.close(_KEPT.popitem(last=False)[1])
+        _KEPT.popitem(last=False)[1].close()
+    return kept
 
 
 def free_batch_buffers() -> None:
@@ -247,17 +237,49 @@ def free_batch_buffers() -> None:
     memory is freed once no worker or tensor uses it). Call it when no more epochs of a
     ``TFRecordBatchDataset`` will run but the process goes on."""
     while _KEPT:
-        os.close(_KEPT.popitem()[1])
+        _KEPT.popitem()[1].close()
 
 
 def _adoptable() -> List[int]:
     """In a new worker: the kept buffers inherited from the main process that are this
     worker's share (workers start at different ones, so they rarely contend; the lock
-    decides); the inherited descriptors are closed here once adopted or not."""
-    kept = list(_KEPT.values())
+    decides)."""
+    kept = [k.fd for k in _KEPT.values()]
     info = torch.utils.data.get_worker_info()
     share = -(-len(kept) // max(1, info.num_workers)) if kept else 0
     return kept[info.id * share:(info.id + 1) * share]
+
+
+def _mapped_slot(where: Tuple[Any, int, int, Tuple[int, int], int]) -> Kept:
+    """The slot a worker names, mapped in this process: kept from an earlier batch, or
+    opened through ``/proc`` and kept; without ``/proc``, mapped from the descriptor
+    the worker sent (``DupFd``) for this batch only."""
+    dup, pid, fd, identity, length = where
+    identity = tuple(identity)
+    theirs = dup.detach() if dup is not None else None  # the worker's own open file (holds its lock)
+    try:
+        kept = _KEPT.get(identity)
+        if kept is None:
+            mine = _open_by_proc(pid, fd, identity)
+            if mine is None:
+                if theirs is None:
+                    raise RuntimeError(
+                        f"cannot open the shared-memory batch buffer of DataLoader worker {pid} "
+                        f"(/proc/{pid}/fd/{fd}); the worker has exited or /proc is no longer readable"
+                    )
+                once = Kept(theirs, length)
+                once.close()  # not kept: it would hold the worker's lock
+                return once
+            try:
+                kept = _keep(identity, mine, length)
+            finally:
+                os.close(mine)
+        _KEPT.move_to_end(identity)  # the file stays open while kept: no other file has its identity
+        kept.counters[2] = 1  # by_proc: the worker may send without DupFd from now on
+        return kept
+    finally:
+        if theirs is not None:
+            os.close(theirs)
 
 
 def rebuild_pooled(
@@ -269,17 +291,9 @@ def rebuild_pooled(
 ) -> torch.Tensor:
     """In the main process: the tensor a worker sent, over the slot's memory (no copy).
     When its storage is freed, the slot's ``released`` counter goes up by one."""
-    length = where[4]
-    fd, by_proc = _open_slot(where)
-    try:
-        mapping = mmap.mmap(fd, length)
-    finally:
-        os.close(fd)
-    counters = np.ndarray((3,), np.int64, buffer=mapping)
-    if by_proc:
-        counters[2] = 1
-    raw = np.ndarray((length - HEADER,), np.uint8, buffer=mapping, offset=HEADER)
-    weakref.finalize(raw, _release, counters).atexit = False
+    slot = _mapped_slot(where)
+    raw = np.ndarray((where[4] - HEADER,), np.uint8, buffer=slot.mapping, offset=HEADER)
+    weakref.finalize(raw, _release, slot.counters).atexit = False
     typed = torch.from_numpy(raw).view(dtype)
     return typed.as_strided(shape, stride, offset)
 
@@ -305,7 +319,7 @@ def worker_pool() -> Optional[BufferPool]:
     if _POOL[0] != pid:
         pool = BufferPool(adopt=_adoptable())
         while _KEPT:  # copies of the main process's descriptors: the adopted slots have their own
-            os.close(_KEPT.popitem()[1])
+            _KEPT.popitem()[1].close()
         _POOL = (pid, pool)
     return _POOL[1]
 
