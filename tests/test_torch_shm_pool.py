@@ -209,3 +209,20 @@ def test_two_loaders_at_once_never_share_a_buffer(data):
     for batch in kept:
         _check(batch)
     assert sorted(int(i) for x in kept for i in x["id"].reshape(-1)) == sorted(list(range(N)) * 2)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_epochs_after_a_broken_off_epoch_are_whole_and_correct(data, persistent):
+    path, index = data
+    ds = TFRecordBatchDataset(path, index, DESC, 16, batch_transform=slot_identity_rows)
+    loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=persistent)
+    for i, _ in enumerate(loader):  # batches sent but never received when the epoch is left
+        if i == 3:
+            break
+    kept = []
+    for _ in range(2):
+        epoch = list(loader)
+        assert sorted(int(i) for b in epoch for i in b["id"].reshape(-1)) == list(range(N))
+        kept += epoch
+    for batch in kept:
+        _check(batch)

@@ -1,45 +1,54 @@
-"""Shared-memory buffers for whole batches, reused across batches in each DataLoader worker.
+"""Shared-memory buffers for whole batches, reused across batches and epochs by the
+DataLoader workers of ``TFRecordBatchDataset`` (``batch_tensor`` and large arrays).
 
 Why: a tensor that leaves a worker normally travels in a fresh shared-memory segment,
 and every page of a fresh segment is faulted in and zeroed by the kernel on first
 write: for a 16 MiB batch of 64 KiB images that is 4,096 page faults, ~40 us of kernel
 time per record here, more than reading, checking and copying the record costs. A
 segment written a second time faults no more, so each worker keeps a few segments
-("slots") and writes its next batch into one the main process has let go of.
+("slots", ``memfd``s) and writes its next batch into one the main process has let go of.
 
 The release protocol (one writer per counter, so no locks): each slot starts with a
 header of int64 counters. The worker adds one to ``sent`` whenever it pickles a tensor
 of the slot for the main process; the main process maps the slot, wraps the bytes in a
 tensor without copying, and adds one to ``released`` when the last tensor or view over
-that memory is freed (a ``weakref.finalize`` on the
-NumPy array that owns the tensor's storage, so views, ``.numpy()`` and slices keep it
-held; ``pin_memory`` copies and lets go at once). The worker reuses a slot only when
-``released == sent`` and no tensor of its own still uses it. A batch the user keeps is
-therefore never overwritten: when no slot is free the worker takes a new one, up to
-``POOL_SLOTS``, and past that allocates a fresh segment as torch does. Memory stays
-bounded by ``POOL_SLOTS`` slots per worker plus whatever the user keeps.
+that memory is freed (a ``weakref.finalize`` on the NumPy array that owns the tensor's
+storage, so views, ``.numpy()`` and slices keep it held; ``pin_memory`` copies and lets
+go at once). The worker reuses a slot only when ``released == sent`` and no tensor of
+its own still uses it. A batch the user keeps is therefore never overwritten: when no
+slot is free the worker makes a new one, up to ``POOL_SLOTS``, and past that allocates
+a fresh segment as torch does. Memory stays bounded by ``POOL_SLOTS`` slots per worker
+plus whatever the user keeps.
 
 How the main process opens a slot: the first time, through ``multiprocessing``'s
 ``DupFd``, as torch passes its own segments' descriptors; that is a round trip to a
 thread of the worker, which answers only when it gets the worker's GIL (~5-8 ms per
-batch measured here, the main loop waiting). So the main process then checks that it
-can open the same file as ``/proc/<worker pid>/fd/<fd>`` and says so in the slot's
-header (``by_proc``); from then on the worker sends only its pid, the descriptor's
-number and the file's identity (device, inode), which the main process opens itself and
-checks. The worker closes a slot's descriptor only once every batch sent from it has
-been released, so the number cannot name another file while a batch is on its way.
+batch measured here, the main loop waiting). So the main process opens the same file
+itself as ``/proc/<worker pid>/fd/<fd>`` (checking its device and inode), keeps that
+open file and its mapping (``Kept``, the newest ``KEPT_SLOTS``), and says so in the
+slot's header (``by_proc``); from then on the worker sends only its pid, the
+descriptor's number and the file's identity, and the main process maps nothing anew:
+no open, no mmap, and no page faults when the consumer reads the batch.
 
-Linux only (``os.memfd_create``); elsewhere ``worker_pool()`` is None and batches take
-torch's fresh segments as before.
-"""
+Across epochs: without ``persistent_workers`` each epoch forks new workers, which
+inherit the kept files and adopt them (their pages exist already: nothing is allocated
+or zeroed). Each worker holds an exclusive ``flock`` on its own open file of every slot
+it uses until it exits, so two living workers (two DataLoaders at once) never share a
+slot; a slot still holding a batch the user keeps stays busy by its counters.
+``free_batch_buffers()`` lets the kept buffers go.
+
+Linux only (``os.memfd_create``, ``/proc``); elsewhere ``worker_pool()`` is None and
+batches take torch's fresh segments as before. Without a readable ``/proc`` every batch
+takes the ``DupFd`` round trip and nothing is kept."""
 
 from __future__ import annotations
 
 import fcntl
 import mmap
 import os
-from collections import OrderedDict
+import threading
 import weakref
+from collections import OrderedDict
 from math import prod
 from multiprocessing.reduction import DupFd
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -47,7 +56,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-#: bytes before a slot's data: ``sent`` and ``released`` (int64), padded to a page so
+#: bytes before a slot's data: ``sent``, ``released`` and ``by_proc`` (int64), padded to a page so
 #: the data starts page-aligned
 HEADER = mmap.PAGESIZE
 #: slots per worker process: the DataLoader keeps ``prefetch_factor`` (2) batches per
@@ -86,7 +95,8 @@ class Slot:
     @classmethod
     def adopt(cls, kept_fd: int) -> Optional["Slot"]:
         """A slot an earlier worker made and the main process kept (``kept_fd``, inherited
-        from it), if no living worker holds it. Its pages exist already: writing them
+        from it), if no living worker holds it and no batch of it is outstanding (a
+        ``by_proc`` slot stays so: the main process keeps it mapped). Its pages exist already: writing them
         faults them into this process's page table, but nothing is allocated or zeroed
         (``MADV_POPULATE_WRITE`` to map them in one call measured no better here)."""
         try:
@@ -99,7 +109,9 @@ class Slot:
             os.close(fd)
             return None
         slot = cls(fd)
-        slot.counters[2] = 0  # by_proc: the main process checks /proc for this worker anew
+        if not slot.free():  # a batch of it is still held by the user, or was never received
+            slot.close()
+            return None
         return slot
 
     def free(self) -> bool:
@@ -222,6 +234,7 @@ class Kept:
 
 #: the slots this (main) process has received, newest last, at most ``KEPT_SLOTS``
 _KEPT: "OrderedDict[Tuple[int, int], Kept]" = OrderedDict()
+_KEPT_LOCK = threading.Lock()
 
 
 def _keep(identity: Tuple[int, int], fd: int, length: int) -> Kept:
@@ -236,8 +249,9 @@ def free_batch_buffers() -> None:
     epoch's DataLoader workers (at most ``KEPT_SLOTS`` buffers of one batch each; the
     memory is freed once no worker or tensor uses it). Call it when no more epochs of a
     ``TFRecordBatchDataset`` will run but the process goes on."""
-    while _KEPT:
-        _KEPT.popitem()[1].close()
+    with _KEPT_LOCK:
+        while _KEPT:
+            _KEPT.popitem()[1].close()
 
 
 def _adoptable() -> List[int]:
@@ -258,28 +272,34 @@ def _mapped_slot(where: Tuple[Any, int, int, Tuple[int, int], int]) -> Kept:
     identity = tuple(identity)
     theirs = dup.detach() if dup is not None else None  # the worker's own open file (holds its lock)
     try:
-        kept = _KEPT.get(identity)
-        if kept is None:
-            mine = _open_by_proc(pid, fd, identity)
-            if mine is None:
-                if theirs is None:
-                    raise RuntimeError(
-                        f"cannot open the shared-memory batch buffer of DataLoader worker {pid} "
-                        f"(/proc/{pid}/fd/{fd}); the worker has exited or /proc is no longer readable"
-                    )
-                once = Kept(theirs, length)
-                once.close()  # not kept: it would hold the worker's lock
-                return once
-            try:
-                kept = _keep(identity, mine, length)
-            finally:
-                os.close(mine)
-        _KEPT.move_to_end(identity)  # the file stays open while kept: no other file has its identity
-        kept.counters[2] = 1  # by_proc: the worker may send without DupFd from now on
-        return kept
+        with _KEPT_LOCK:  # the pin_memory thread of one DataLoader, the main thread of another
+            return _kept_or_once(theirs, pid, fd, identity, length)
     finally:
         if theirs is not None:
             os.close(theirs)
+
+
+def _kept_or_once(theirs: Optional[int], pid: int, fd: int, identity: Tuple[int, int], length: int) -> Kept:
+    """``_mapped_slot`` under the lock; ``theirs`` is the descriptor the worker sent, if any."""
+    kept = _KEPT.get(identity)
+    if kept is None:
+        mine = _open_by_proc(pid, fd, identity)
+        if mine is None:
+            if theirs is None:
+                raise RuntimeError(
+                    f"cannot open the shared-memory batch buffer of DataLoader worker {pid} "
+                    f"(/proc/{pid}/fd/{fd}); the worker has exited or /proc is no longer readable"
+                )
+            once = Kept(theirs, length)
+            once.close()  # not kept: it would hold the worker's lock
+            return once
+        try:
+            kept = _keep(identity, mine, length)
+        finally:
+            os.close(mine)
+    _KEPT.move_to_end(identity)  # the file stays open while kept: no other file has its identity
+    kept.counters[2] = 1  # by_proc: the worker may send without DupFd from now on
+    return kept
 
 
 def rebuild_pooled(
@@ -324,4 +344,15 @@ def worker_pool() -> Optional[BufferPool]:
     return _POOL[1]
 
 
-__all__ = ["HEADER", "KEPT_SLOTS", "POOL_SLOTS", "free_batch_buffers", "BufferPool", "PooledTensor", "Slot", "rebuild_pooled", "worker_pool"]
+__all__ = [
+    "HEADER",
+    "KEPT_SLOTS",
+    "POOL_SLOTS",
+    "BufferPool",
+    "Kept",
+    "PooledTensor",
+    "Slot",
+    "free_batch_buffers",
+    "rebuild_pooled",
+    "worker_pool",
+]
