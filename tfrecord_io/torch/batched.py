@@ -40,6 +40,11 @@ decoded) record dict; both then batch as ``PadCollate`` does. ``batch_transform`
 applied to each finished batch (decode a batch of images at once, normalise, ...). All
 run in the worker. Pinned memory: ``DataLoader(ds, batch_size=None, pin_memory=True)``
 pins the batches' tensors in the main process as for any batch.
+
+How batches travel (``deliver``): arrays under ``PIPE_LIMIT`` pickled through the
+DataLoader's pipe; larger ones in the worker's reused shared-memory buffers
+(``shm_pool``), written again only once the main process has freed every tensor over
+them.
 """
 
 from __future__ import annotations
