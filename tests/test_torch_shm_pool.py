@@ -226,3 +226,12 @@ def test_epochs_after_a_broken_off_epoch_are_whole_and_correct(data, persistent)
         kept += epoch
     for batch in kept:
         _check(batch)
+
+
+def test_spawned_workers_use_the_pool_too(data):
+    path, index = data
+    ds = TFRecordBatchDataset(path, index, DESC, 16, batch_transform=slot_identity_rows)
+    got = list(DataLoader(ds, batch_size=None, num_workers=1, multiprocessing_context="spawn"))
+    assert {tuple(b["slot"].tolist()) for b in got} - {(0, 0)}  # pool slots, not only fresh segments
+    for batch in got:
+        _check(batch)
