@@ -8,7 +8,9 @@ Two data sets: small Examples (an id, a label, 16 floats) and image-sized record
 for decoding in the worker); the default collate makes tensors of both. In the batched
 mode the worker parses each batch column by column and the stand-in decode runs per
 batch (``images_to_batch``: the 256 byte strings, still views of the file, copied into
-one shared-memory tensor). Both readers get the index file, so
+one ``batch_tensor``, in the worker's reused shared memory; each epoch's workers adopt
+the buffers the previous epoch's left, as in a training script). Both readers get the
+index file, so
 both shard by record across the two workers and each reads every record once; ours
 also runs without the index (byte ranges + resynchronisation), which the ``tfrecord``
 package cannot do without reading every record in every worker. Ours checks both
@@ -16,8 +18,9 @@ CRCs of every record, theirs checks none. Each figure is the best of ``--repeats
 epochs, taken in interleaved rounds (the machine is shared; the best is the least
 disturbed, and interleaving spreads outside load over all readers alike). In brackets:
 the least CPU time per record over the main process and the workers, which load from
-elsewhere disturbs far less than wall-clock rates; its ratio is theirs / ours, so above
-1 means ours spends less.
+elsewhere disturbs far less than wall-clock rates (from the DataLoader's start to its
+workers' exit; the benchmark's own ``gc.collect()`` between epochs is left out); its
+ratio is theirs / ours, so above 1 means ours spends less.
 
 10,000 image-sized records by default (655 MB; 2,000 before): over only 2,000 the
 DataLoader's start-up per epoch (forking the workers, ~0.1 s) and each worker's first
