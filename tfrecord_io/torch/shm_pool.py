@@ -56,8 +56,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-#: bytes before a slot's data: ``sent``, ``released`` and ``by_proc`` (int64), padded to a page so
-#: the data starts page-aligned
+#: bytes before a slot's data: ``sent``, ``released`` and ``by_proc`` (int64), padded
+#: to a page so that the data starts page-aligned
 HEADER = mmap.PAGESIZE
 #: slots per worker process: the DataLoader keeps ``prefetch_factor`` (2) batches per
 #: worker in flight, the training loop holds one or two more; past this many busy
