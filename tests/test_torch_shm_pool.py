@@ -17,7 +17,15 @@ import torch
 from torch.utils.data import DataLoader
 
 from tfrecord_io.torch import TFRecordBatchDataset, batch_tensor
-from tfrecord_io.torch.shm_pool import _KEPT, KEPT_SLOTS, POOL_SLOTS, BufferPool, PooledTensor, free_batch_buffers, worker_pool
+from tfrecord_io.torch.shm_pool import (
+    _KEPT,
+    KEPT_SLOTS,
+    POOL_SLOTS,
+    BufferPool,
+    PooledTensor,
+    free_batch_buffers,
+    worker_pool,
+)
 
 from tests.torch_data import write_examples
 
