@@ -62,8 +62,9 @@ def worker_count(options) -> Optional[int]:
 
 
 def can_fork() -> bool:
-    """Is forking this process safe: Linux, and no thread but the main one (so no gRPC
-    channel or server either: Beam starts threads with them)?"""
+    """Is forking this process safe: Linux, and no thread but the main one? The CLI
+    asks before any pipeline, gRPC channel or server exists; a process that has run
+    pipelines keeps Beam's thread pools, and gets Beam's own workers."""
     return hasattr(os, "fork") and sys.platform.startswith("linux") and threading.active_count() == 1
 
 
