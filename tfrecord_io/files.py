@@ -64,7 +64,7 @@ def is_remote(path: str) -> bool:
 def _beam_filesystems():
     try:
         from apache_beam.io.filesystems import FileSystems
-    except ImportError as err:  # pragma: no cover - Beam is a hard dependency in setup.py
+    except ImportError as err:  # pragma: no cover - Beam is a hard dependency (pyproject.toml)
         raise TFRecordError(
             "remote paths need Apache Beam's FileSystems: pip install apache-beam[gcp|aws|...]"
         ) from err
