@@ -15,7 +15,6 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf  # noqa: E402
 
-
 CLOCK = time.process_time if sys.argv[5:6] == ["cpu"] else time.perf_counter
 
 

@@ -100,7 +100,8 @@ def main() -> int:
     print(f"machine: {os.cpu_count()} cores; validate job = CRC-checked split read, default 64 MiB ranges")
 
     small = os.path.join(work, "small.tfrecord")
-    n_small = write_big_file(small, 1) if args.startup else 0
+    if args.startup:
+        write_big_file(small, 1)
 
     results: Dict[str, float] = {}
     fixed: Dict[str, float] = {}

@@ -45,7 +45,6 @@ import uuid
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from tfrecord_io import files
-from tfrecord_io.path_specs import has_glob
 from tfrecord_io.datasets import (  # noqa: F401 - re-exported for the jobs
     INFO_NAME,
     LATEST_NAME,
@@ -54,6 +53,7 @@ from tfrecord_io.datasets import (  # noqa: F401 - re-exported for the jobs
     read_latest,
     resolve_version_dir,
 )
+from tfrecord_io.path_specs import has_glob
 
 BUILDING_NAME = "_BUILDING"
 HEARTBEAT_S = 30.0
@@ -150,7 +150,7 @@ def check_output_dir(out_dir: str, name: str, feature_spec: Dict[str, Any]) -> N
         return
     try:
         top = files.glob(out_dir.rstrip("/") + "/*")
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - an unlistable output holds no TFRecord files we could clash with
         top = []
     if any(p.endswith((".tfrecord", ".index")) or ".tfrecord-" in os.path.basename(p) for p in top):
         raise DatasetDirError(f"output {out_dir} already holds TFRecord files that are not a versioned dataset")
@@ -306,7 +306,7 @@ def sha256_file(path: str, chunk: int = 1 << 22) -> str:
 def verify_version(version_dir: str, info: Dict[str, Any]) -> List[str]:
     """Problems with a published version (missing shard, size or SHA-256 mismatch)."""
     problems = []
-    for split, entry in sorted(info.get("splits", {}).items()):
+    for _split, entry in sorted(info.get("splits", {}).items()):
         for shard in entry.get("shards", []):
             path = files.join(version_dir, shard["path"])
             try:

@@ -16,7 +16,7 @@ from typing import Any, Dict, List
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_io.codec import Example, INT64, FLOAT, BYTES
+from tfrecord_io.codec import BYTES, FLOAT, INT64, Example
 
 from .collect import ResultDir
 from .inputs import resolve_inputs
@@ -158,7 +158,7 @@ def head_records(paths: List[str], n: int) -> List[Dict[str, Any]]:
             try:
                 parsed = parse_example(data)
                 out.append({"path": path, "features": {k: show_value(v) for k, v in parsed.items()}})
-            except Exception as err:  # noqa: BLE001
+            except Exception as err:  # noqa: BLE001 - a record that does not parse is shown, not fatal
                 out.append({"path": path, "error": str(err)})
         if len(out) >= n:
             break

@@ -35,7 +35,13 @@ from tfrecord_io.index import INDEX_SUFFIXES
 
 from .dataset_dir import DatasetDirError
 from .report_stats import (
-    MAX_IMAGE_SIZES, JobResult, ReportColumn, Shard, columns_from_encoders, columns_from_record, label_column,
+    MAX_IMAGE_SIZES,
+    JobResult,
+    ReportColumn,
+    Shard,
+    columns_from_encoders,
+    columns_from_record,
+    label_column,
 )
 
 REPORT_NAME = "report.html"
@@ -191,9 +197,9 @@ def _check_output(output: str) -> None:
 def run_report(paths: Sequence[str], options, output: str, splits: Optional[Sequence[str]] = None,
                samples: int = DEFAULT_SAMPLES, validation: Optional[str] = None, progress: bool = True) -> ReportSummary:
     """Resolve the input, run the statistics job, write the page."""
-    from .report_stats import run_stats_job
-
     from apache_beam.io.filesystems import FileSystems
+
+    from .report_stats import run_stats_job
 
     started = time.monotonic()
     FileSystems.set_options(options)  # the launcher reads LATEST, dataset_info.json ... with the job's flags (--s3_*)

@@ -73,8 +73,8 @@ def boot(worker_id: str, provision_endpoint: str, control_endpoint: str, logging
     import tempfile
 
     import grpc
-    from google.protobuf import json_format
     from apache_beam.portability.api import beam_provision_api_pb2, beam_provision_api_pb2_grpc
+    from google.protobuf import json_format
 
     with grpc.insecure_channel(provision_endpoint) as channel:
         info = beam_provision_api_pb2_grpc.ProvisionServiceStub(channel).GetProvisionInfo(

@@ -98,7 +98,7 @@ def _register_test_modules_by_value() -> None:
     """cloudpickle: pickle everything defined under tests/ by value (see the docstring)."""
     from apache_beam.internal import cloudpickle_pickler
 
-    for name, module in list(sys.modules.items()):
+    for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None) or ""
         if path.startswith(TESTS + os.sep):
             cloudpickle_pickler.cloudpickle.register_pickle_by_value(module)

@@ -7,12 +7,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 
 import pytest
+import tomllib
 
 import tfrecord_io as tfio
-from tfrecord_io.framing import encode_frame
 
 from tfio_testutil import REPO, golden_path
 

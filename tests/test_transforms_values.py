@@ -72,7 +72,7 @@ def test_nfc_normalisation_and_strip():
 
 
 def test_invalid_utf8_rejected_with_offset_or_kept():
-    bad = "ok: ".encode() + b"\xff\xfe" + b" tail"
+    bad = b"ok: " + b"\xff\xfe" + b" tail"
     err = reject(bad, Text())
     assert err.stage == "decode" and "byte 4" in err.reason and "UTF-8" in err.reason
     feats, out = rt(bad, Text(on_invalid="keep"))

@@ -75,11 +75,11 @@ def shard_name(prefix: str, suffix: str, template: str, shard: int, num_shards: 
     return f"{prefix}{name}{suffix}"
 
 
-def _shard_regex(prefix: str, suffix: str, template: str) -> "re.Pattern[str]":
+def _shard_regex(prefix: str, suffix: str, template: str) -> re.Pattern[str]:
     parts = []
     for piece in re.split(r"(S+|N+)", template):
         if piece and piece[0] in "SN" and set(piece) == {piece[0]}:
-            parts.append(r"\d{%d,}" % len(piece))
+            parts.append(rf"\d{{{len(piece)},}}")
         else:
             parts.append(re.escape(piece))
     return re.compile(re.escape(prefix) + "".join(parts) + re.escape(suffix) + r"\Z")
@@ -106,7 +106,7 @@ def _ensure_dir(path: str) -> None:
     if files.is_remote(path):
         try:
             FileSystems.mkdirs(path)
-        except IOError:
+        except OSError:
             pass  # object stores have no directories; "exists" is fine
         return
     os.makedirs(path, exist_ok=True)

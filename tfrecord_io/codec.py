@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from .errors import ExampleCodecError
 from .proto.example_pb2 import Example, Feature, Features, SequenceExample
@@ -303,7 +304,7 @@ def parse_example(data, description: Description = None) -> Dict[str, Any]:
     example = Example()
     try:
         example.ParseFromString(data)
-    except Exception as err:  # upb raises DecodeError; keep the message readable
+    except DecodeError as err:  # what protobuf raises for bytes that do not parse
         raise ExampleCodecError(f"not a valid tf.train.Example: {err}") from None
     return features_to_dict(example.features, description)
 
@@ -318,7 +319,7 @@ def parse_sequence_example(
     seq = SequenceExample()
     try:
         seq.ParseFromString(data)
-    except Exception as err:
+    except DecodeError as err:
         raise ExampleCodecError(f"not a valid tf.train.SequenceExample: {err}") from None
     context = features_to_dict(seq.context, context_description, "context")
     fl = seq.feature_lists.feature_list
@@ -341,7 +342,7 @@ def infer_description(data) -> Dict[str, str]:
     example = Example()
     try:
         example.ParseFromString(data)
-    except Exception as err:
+    except DecodeError as err:
         raise ExampleCodecError(f"not a valid tf.train.Example: {err}") from None
     names = {BYTES: "byte", FLOAT: "float", INT64: "int"}
     return {
@@ -395,7 +396,7 @@ def _parse_examples_fast(records: Sequence, description: Description) -> Optiona
         return None
     n = len(records)
     per_key: List[Any] = []
-    for (key, kind), col in zip(wanted or [], cols):
+    for (_key, kind), col in zip(wanted or [], cols):
         if kind == BYTES:
             per_key.append([v[0] if len(v) == 1 else _object_array(v) for v in col])
             continue
@@ -464,7 +465,7 @@ def parse_examples_batch(
         example.Clear()
         try:
             example.ParseFromString(data)
-        except Exception as err:
+        except DecodeError as err:
             raise ExampleCodecError(f"not a valid tf.train.Example: {err}") from None
         fmap = example.features.feature
         for key, kind in wanted:

@@ -125,8 +125,8 @@ def _scan_frames_py(
 
 
 try:  # the compiled scanner, when setup.py could build it
-    from ._speedups import scan_frames as _scan_frames  # type: ignore[attr-defined]
     from ._speedups import RecordScanner as _RecordScanner  # type: ignore[attr-defined]
+    from ._speedups import scan_frames as _scan_frames  # type: ignore[attr-defined]
 
     HAVE_SPEEDUPS = True
 except ImportError:  # pragma: no cover - exercised when the extension is absent

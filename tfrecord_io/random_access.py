@@ -34,7 +34,6 @@ from .index import RecordIndex, build_index, find_index, load_index
 from .reader import read_records
 
 
-
 def decode_frame(frame, path: str = "<buffer>", offset: int = 0, check_crc: bool = True) -> memoryview:
     """The data of one whole frame (header + data + footer, nothing more), checked.
 

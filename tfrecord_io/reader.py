@@ -15,8 +15,8 @@ once (one buffer of its size; the views handed out point into it).
 
 from __future__ import annotations
 
-from operator import itemgetter
 from collections import deque
+from operator import itemgetter
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import files, iterator_utils

@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 from typing import Any, List, Mapping, Optional
 
+import numpy as np
+
 from . import files
 from .codec import serialize_example, serialize_sequence_example
 from .crc import masked_crc32c
-from .index import RecordIndex, write_index_atomic
 from .framing import CRC_FIELD, FRAME_OVERHEAD, LENGTH_FIELD, encode_frame
-
-import numpy as np
+from .index import RecordIndex, write_index_atomic
 
 try:  # one C call frames a whole batch (CRCs included) into one buffer
     from ._speedups import encode_frames as _encode_frames  # type: ignore[attr-defined]

@@ -34,8 +34,8 @@ import torch.utils.data
 from .. import iterator_utils
 from ..codec import Description, parse_example, parse_sequence_example
 from ..errors import ExampleCodecError
-from ..random_access import IndexedRecordReader
 from ..path_specs import PathSpec, expand, split_files
+from ..random_access import IndexedRecordReader
 from ..sharding import FileInfo, Piece, describe_files, plan_shard, read_piece, shard_count
 from .context import ReadContext, current_context, distributed_rank, draw_torch_seed, make_rng
 
