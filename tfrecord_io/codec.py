@@ -23,8 +23,8 @@ from .errors import ExampleCodecError
 from .proto.example_pb2 import Example, Feature, Features, SequenceExample
 
 try:  # compiled encoder/parser: same results as upb, or None to send the input to upb
-    from ._speedups import encode_example as _encode_example  # type: ignore[attr-defined]
-    from ._speedups import parse_examples as _parse_examples  # type: ignore[attr-defined]
+    from ._speedups import encode_example as _encode_example
+    from ._speedups import parse_examples as _parse_examples
 except ImportError:  # pragma: no cover - exercised when the extension is absent
     _encode_example = None
     _parse_examples = None
@@ -260,11 +260,11 @@ def feature_to_numpy(feature: Feature, key: str = "?", expected: Optional[str] =
             f"feature {key!r} is stored as {kind} but the description says {expected}"
         )
     if kind == INT64:
-        values = feature.int64_list.value
-        return np.fromiter(values, dtype=np.int64, count=len(values))
+        ints = feature.int64_list.value
+        return np.fromiter(ints, dtype=np.int64, count=len(ints))
     if kind == FLOAT:
-        values = feature.float_list.value
-        return np.fromiter(values, dtype=np.float32, count=len(values))
+        floats = feature.float_list.value
+        return np.fromiter(floats, dtype=np.float32, count=len(floats))
     values = feature.bytes_list.value
     if len(values) == 1:
         return values[0]
@@ -360,7 +360,7 @@ def _fast_columns(
     if _parse_examples is None or not wanted or any(kind is None for _, kind in wanted):
         return None
     keys = [k.encode("utf-8", "surrogatepass") for k, _ in wanted]  # never a match if not UTF-8
-    kinds = [_KIND_CODES[k] for _, k in wanted]
+    kinds = [_KIND_CODES[k] for _, k in wanted if k is not None]  # all of them (checked above)
     return _parse_examples(records, keys, kinds, True) if spans else _parse_examples(records, keys, kinds)
 
 

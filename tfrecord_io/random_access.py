@@ -141,7 +141,7 @@ def scan_mapped(
     stream = FrameStream(
         _MappedReader(view, start), path=path, offset=start, size=size, chunk_size=size, check_crc=check_crc
     )
-    yield from stream.frames(stop=end)  # type: ignore[misc]
+    yield from stream.frames(stop=end)
 
 
 def _open_indexed(path: str, need: int) -> Tuple[Optional[memoryview], Any]:

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from itertools import chain, islice, repeat
 from math import prod
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -79,7 +79,7 @@ class TFRecordBatchDataset(TFRecordDataset):
 
     def __init__(
         self,
-        data_path: PathSpec,
+        data_path: Union[PathSpec, Sequence[FileInfo]],
         index_path: IndexSpec,
         description: Description = None,
         batch_size: int = 256,
