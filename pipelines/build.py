@@ -49,6 +49,7 @@ from apache_beam.metrics import Metrics
 from tfrecord_io import files
 from tfrecord_io._version import __version__
 from tfrecord_io.beam_sink import DEFAULT_SHARD_NAME_TEMPLATE, shard_name
+from tfrecord_io.index import index_path_for
 from tfrecord_io.writer import RecordWriter
 
 from . import dataset_dir, splits
@@ -135,7 +136,7 @@ class WriteShard(beam.DoFn):
     def _write(self, task: ShardTask) -> Dict[str, Any]:
         relpath = f"{task.split}/{dataset_shard_name(self._name, task.split, task.shard, task.num_shards, self._compression)}"
         final = files.join(self._dir, relpath)
-        index_path = final + ".index" if self._write_index else None
+        index_path = index_path_for(final) if self._write_index else None
         if not files.is_remote(final):
             import os
 
@@ -166,7 +167,7 @@ class WriteShard(beam.DoFn):
             "shard": task.shard,
             "num_shards": task.num_shards,
             "path": relpath,
-            "index": relpath + ".index" if index_path else None,
+            "index": index_path_for(relpath) if index_path else None,
             "records": records,
             "bytes": files.file_size(final),
             "sha256": dataset_dir.sha256_file(final),

@@ -21,6 +21,14 @@ from .framing import FRAME_OVERHEAD, FrameStream
 
 # Suffixes of the index sidecars find_index looks for; readers that expand globs skip them.
 INDEX_SUFFIXES = (".index", ".idx", ".tfindex")
+# The one this package writes, beside its data file: x.tfrecord -> x.tfrecord.index.
+INDEX_SUFFIX = ".index"
+
+
+def index_path_for(data_path: str) -> str:
+    """Where the index of ``data_path`` is written (the sink, the build job, ``tfrecord-io
+    index``): ``x.tfrecord.index``, the first name :func:`find_index` looks for."""
+    return data_path + INDEX_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -157,12 +165,14 @@ def find_index(data_path: str) -> Optional[str]:
 
 
 __all__ = [
+    "INDEX_SUFFIX",
     "INDEX_SUFFIXES",
     "RecordIndex",
     "TFRecordError",
     "build_index",
     "create_index",
     "find_index",
+    "index_path_for",
     "load_index",
     "parse_index",
     "write_index_atomic",
