@@ -128,7 +128,7 @@ def build_index(data_path: str, compression_type: Optional[str] = None) -> Recor
 
 
 def _sniff_compression(data_path: str) -> str:
-    """"GZIP"/"ZLIB" when the file starts with that header, else "" (used only to
+    """``"GZIP"`` / ``"ZLIB"`` when the file starts with that header, else ``""`` (used only to
     explain why a file whose first record is unreadable cannot be indexed)."""
     with files.open_raw(data_path, "rb") as f:
         head = f.read(2)
