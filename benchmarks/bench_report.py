@@ -27,10 +27,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from tfrecord_io.writer import RecordWriter  # noqa: E402
-from transforms import Audio, Image, Label, Text, encode_row  # noqa: E402
+from tfrecord_io.writer import RecordWriter
+from transforms import Audio, Image, Label, Text, encode_row
 
 SPLITS = {"train": 0.8, "test": 0.2}
 SHARDS = 4

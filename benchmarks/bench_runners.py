@@ -34,12 +34,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 )
 
-import yaml  # noqa: E402
-from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+import yaml
+from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.options import beam_args, load_runner_section  # noqa: E402
-from pipelines.validate import run_validate  # noqa: E402
-from tfrecord_io.writer import RecordWriter  # noqa: E402
+from pipelines.options import beam_args, load_runner_section
+from pipelines.validate import run_validate
+from tfrecord_io.writer import RecordWriter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORD_BYTES = 1000  # ~ a small serialized Example

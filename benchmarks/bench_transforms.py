@@ -25,10 +25,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from PIL import Image as PILImage  # noqa: E402
+from PIL import Image as PILImage
 
-from tfrecord_io.writer import RecordWriter  # noqa: E402
-from transforms import Audio, Image, Int, decode_example, encode_row  # noqa: E402
+from tfrecord_io.writer import RecordWriter
+from transforms import Audio, Image, Int, decode_example, encode_row
 
 
 def interleaved_best(fns, rounds=3):

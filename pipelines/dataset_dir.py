@@ -45,7 +45,7 @@ import uuid
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from tfrecord_io import files
-from tfrecord_io.datasets import (  # noqa: F401 - re-exported for the jobs
+from tfrecord_io.datasets import (  # also re-exported for the jobs
     INFO_NAME,
     LATEST_NAME,
     DatasetLayoutError,

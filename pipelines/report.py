@@ -233,7 +233,7 @@ def write_build_report(version_dir: str, options, progress: bool = True) -> Repo
     the published version as it is)."""
     try:
         return run_report([version_dir], options, files.join(version_dir, REPORT_NAME), progress=progress)
-    except Exception as err:  # noqa: BLE001 - reported with what state the build left
+    except Exception as err:  # broad: reported with what state the build left
         raise ReportError(f"version {version_dir} is built and published, but writing its report failed: "
                           f"{type(err).__name__}: {err}") from err
 

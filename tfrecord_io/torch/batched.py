@@ -215,7 +215,7 @@ class TFRecordBatchDataset(TFRecordDataset):
         path, (offset, data) = record
         try:
             return self.record_decoder(data)  # type: ignore[misc]
-        except Exception as err:  # noqa: BLE001 - re-raised with the record's place
+        except Exception as err:  # broad: re-raised with the record's place
             raise ExampleCodecError(f"{type(err).__name__}: {err}", path, offset) from err
 
     def _parse(self, chunk: Sequence[Located], parse: Callable[[], Any]) -> Any:
