@@ -294,7 +294,8 @@ def main():
         return
 
     print(f"\nBeam, DirectRunner: marginal throughput from runs of {len(small)} and {len(large)} images "
-          f"({args.audio} and {3 * args.audio} clips; fastest of 2 runs each), so pipeline start-up is reported apart; sink/source = tfrecord_io\n")
+          f"({args.audio} and {3 * args.audio} clips; fastest of 2 runs each), "
+          "so pipeline start-up is reported apart; sink/source = tfrecord_io\n")
     print("| pipeline | workers | items/s | MB/s | start-up s |\n|---|---:|---:|---:|---:|")
     for workers in (1, 2):
         cases = [

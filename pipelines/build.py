@@ -380,7 +380,10 @@ def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print,
             dataset_dir.remove_version(version_dir)
             state = f"removed the unfinished version {version_dir}"
         except Exception as cleanup_err:  # noqa: BLE001 - the failure is reported with the state left, cleanup must not mask it
-            state = f"could not remove the unfinished version {version_dir} ({cleanup_err}); readers ignore it (no {dataset_dir.INFO_NAME})"
+            state = (
+                f"could not remove the unfinished version {version_dir} ({cleanup_err}); "
+                f"readers ignore it (no {dataset_dir.INFO_NAME})"
+            )
         log(f"build failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); {state}; "
             f"LATEST still names {dataset_dir.read_latest(out_dir) or 'nothing'}")
         raise

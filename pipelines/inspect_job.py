@@ -213,7 +213,10 @@ def summary_lines(result: Dict[str, Any]) -> List[str]:
     lines.append(f"  {'key':<28} {'type':<8} {'present':>9} {'values/record (min..max, mean)':>32}")
     for key, f in result["features"].items():
         spec = result["inferred_spec"][key]
-        lines.append(f"  {key:<28} {spec['type']:<8} {f['present_in']:>9,} {f['min_len']:>14}..{f['max_len']:<6} {f['mean_len']:>9}")
+        lines.append(
+            f"  {key:<28} {spec['type']:<8} {f['present_in']:>9,} "
+            f"{f['min_len']:>14}..{f['max_len']:<6} {f['mean_len']:>9}"
+        )
     lines.append("inferred spec: " + json.dumps({k: v["type"] for k, v in result["inferred_spec"].items()}))
     for i, rec in enumerate(result["head"]):
         lines.append(f"record {i} ({rec['path']}):")

@@ -473,7 +473,8 @@ def _samples(split: str, groups: Mapping[Any, list], columns: List[ReportColumn]
     for group in sorted(groups, key=lambda g: (g is None, g if g is not None else 0)):
         items = groups[group]
         if group is not None:
-            out.append(f'<h4 class="group">{_e(label.name)}: {_e(_label_name(label, group))} <small>({len(items)} shown)</small></h4>')
+            title = f"{_e(label.name)}: {_e(_label_name(label, group))}"
+            out.append(f'<h4 class="group">{title} <small>({len(items)} shown)</small></h4>')
         cards = [_sample_card(rec, rel, off, columns, decoders) for rel, off, rec in items]
         out.append(f'<div class="grid" data-split="{_e(split)}">{"".join(cards)}</div>')
     return "".join(out)
@@ -529,7 +530,8 @@ def _validation(inp: ReportInput, report: Optional[Dict[str, Any]]) -> str:
                    f"not for {_e(inp.version_dir)}.</p>")
     verdict = '<b class="ok">OK</b>' if report["ok"] else f'<b class="error">FAILED: {len(report["problems"]):,} problem(s)</b>'
     out.append(f"<p>{verdict}: {_num(report.get('files'))} files, {_num(report.get('records'))} records, "
-               f"{_mb(report.get('bytes') or 0)} read; checksums {'checked' if report.get('checksums_checked') else 'not checked'}.</p>")
+               f"{_mb(report.get('bytes') or 0)} read; "
+               f"checksums {'checked' if report.get('checksums_checked') else 'not checked'}.</p>")
     if report["problems"]:
         rows = [[p.get("path"), _num(p.get("offset")), p.get("kind", "-"), p.get("reason", "")] for p in report["problems"][:200]]
         out.append(_table(["file", "byte offset", "kind", "reason"], rows, "problems"))

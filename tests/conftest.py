@@ -63,7 +63,8 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
-    return f"beam pickler: {_effective(config.getoption('--beam-pickler'))}; workers' PYTHONPATH: {os.environ['PYTHONPATH']}"
+    pickler = _effective(config.getoption("--beam-pickler"))
+    return f"beam pickler: {pickler}; workers' PYTHONPATH: {os.environ['PYTHONPATH']}"
 
 
 def pytest_collection_modifyitems(config, items):
