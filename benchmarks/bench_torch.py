@@ -45,14 +45,14 @@ from typing import Callable, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
 
-from tfrecord_io.codec import serialize_example  # noqa: E402
-from tfrecord_io.index import create_index  # noqa: E402
-from tfrecord_io.torch import TFRecordBatchDataset, TFRecordDataset, batch_tensor  # noqa: E402
-from tfrecord_io.writer import RecordWriter  # noqa: E402
+from tfrecord_io.codec import serialize_example
+from tfrecord_io.index import create_index
+from tfrecord_io.torch import TFRecordBatchDataset, TFRecordDataset, batch_tensor
+from tfrecord_io.writer import RecordWriter
 
 
 def write_small(path: str, n: int) -> None:

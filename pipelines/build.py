@@ -55,6 +55,7 @@ from apache_beam.metrics import Metrics
 from tfrecord_io import files
 from tfrecord_io._version import __version__
 from tfrecord_io.beam_sink import DEFAULT_SHARD_NAME_TEMPLATE, shard_name
+from tfrecord_io.index import index_path_for
 from tfrecord_io.writer import RecordWriter
 
 from . import dataset_dir, splits
@@ -173,7 +174,7 @@ class WriteShard(beam.DoFn):
     def _write(self, task: ShardTask) -> Dict[str, Any]:
         relpath = f"{task.split}/{dataset_shard_name(self._name, task.split, task.shard, task.num_shards, self._compression)}"
         final = files.join(self._dir, relpath)
-        index_path = final + ".index" if self._write_index else None
+        index_path = index_path_for(final) if self._write_index else None
         if not files.is_remote(final):
             import os
 
@@ -204,7 +205,7 @@ class WriteShard(beam.DoFn):
             "shard": task.shard,
             "num_shards": task.num_shards,
             "path": relpath,
-            "index": relpath + ".index" if index_path else None,
+            "index": index_path_for(relpath) if index_path else None,
             "records": records,
             "bytes": files.file_size(final),
             "sha256": dataset_dir.sha256_file(final),
@@ -420,8 +421,11 @@ def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print,
         try:
             dataset_dir.remove_version(version_dir)
             state = f"removed the unfinished version {version_dir}"
-        except Exception as cleanup_err:  # noqa: BLE001
-            state = f"could not remove the unfinished version {version_dir} ({cleanup_err}); readers ignore it (no {dataset_dir.INFO_NAME})"
+        except Exception as cleanup_err:  # noqa: BLE001 - the failure is reported with the state left, cleanup must not mask it
+            state = (
+                f"could not remove the unfinished version {version_dir} ({cleanup_err}); "
+                f"readers ignore it (no {dataset_dir.INFO_NAME})"
+            )
         log(f"build failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); {state}; "
             f"LATEST still names {dataset_dir.read_latest(out_dir) or 'nothing'}")
         raise

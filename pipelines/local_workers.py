@@ -122,8 +122,14 @@ def _worker_main(read_fd: int) -> None:
         from .worker_pool import sdk_worker_environment
 
         request = beam_fn_api_pb2.StartWorkerRequest.FromString(message)
-        os.environ.update(sdk_worker_environment(request.worker_id, request.provision_endpoint.url,
-                                                 request.control_endpoint.url, request.logging_endpoint.url))
+        os.environ.update(
+            sdk_worker_environment(
+                request.worker_id,
+                request.provision_endpoint.url,
+                request.control_endpoint.url,
+                request.logging_endpoint.url,
+            )
+        )
         sdk_worker_main.main([])
         code = 0
     except SystemExit as err:
@@ -175,7 +181,7 @@ class ForkedWorkers:
             threading.Thread(target=self._watch, args=(pid,), name=f"watch-worker-{pid}", daemon=True).start()
         logging.getLogger(__name__).info("forked %d local SDK workers: pids %s", count, self._pids)
 
-    def __enter__(self) -> "ForkedWorkers":
+    def __enter__(self) -> ForkedWorkers:
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
@@ -209,8 +215,11 @@ class ForkedWorkers:
         address = self._serve()
         copy = PipelineOptions([], **{**options.get_all_options(drop_default=True), "direct_running_mode": None})
         # what the workers get from the provision service, as the DirectRunner provides it
-        provision = ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(
-            pipeline_options=JobServiceHandle.encode_pipeline_options(copy.get_all_options())))
+        provision = ExtendedProvisionInfo(
+            beam_provision_api_pb2.ProvisionInfo(
+                pipeline_options=JobServiceHandle.encode_pipeline_options(copy.get_all_options())
+            )
+        )
         runner = FnApiRunner(default_environment=ExternalEnvironment(address), provision_info=provision)
         return runner, copy
 

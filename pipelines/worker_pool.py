@@ -73,8 +73,8 @@ def sdk_worker_environment(worker_id: str, provision_endpoint: str, control_endp
     ``boot`` does). Used by :func:`boot` and by the local forked workers
     (``pipelines/local_workers.py``)."""
     import grpc
-    from google.protobuf import json_format
     from apache_beam.portability.api import beam_provision_api_pb2, beam_provision_api_pb2_grpc
+    from google.protobuf import json_format
 
     with grpc.insecure_channel(provision_endpoint) as channel:
         info = beam_provision_api_pb2_grpc.ProvisionServiceStub(channel).GetProvisionInfo(

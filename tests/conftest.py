@@ -63,7 +63,8 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
-    return f"beam pickler: {_effective(config.getoption('--beam-pickler'))}; workers' PYTHONPATH: {os.environ['PYTHONPATH']}"
+    pickler = _effective(config.getoption("--beam-pickler"))
+    return f"beam pickler: {pickler}; workers' PYTHONPATH: {os.environ['PYTHONPATH']}"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -98,7 +99,7 @@ def _register_test_modules_by_value() -> None:
     """cloudpickle: pickle everything defined under tests/ by value (see the docstring)."""
     from apache_beam.internal import cloudpickle_pickler
 
-    for name, module in list(sys.modules.items()):
+    for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None) or ""
         if path.startswith(TESTS + os.sep):
             cloudpickle_pickler.cloudpickle.register_pickle_by_value(module)

@@ -27,6 +27,7 @@ from pipelines.config import load_config
 from pipelines.demo_data import make_demo_media
 from pipelines.failures import child_pids
 from pipelines.local_workers import PROCESS_NAME
+
 from tests.pipeline_support import REPO, TWO_WORKERS, options
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(600)]

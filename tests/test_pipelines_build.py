@@ -14,9 +14,10 @@ from pipelines import dataset_dir
 from pipelines.build import run_build
 from pipelines.config import load_config
 from pipelines.demo_data import make_demo_media
-from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, options, run_cli
-from transforms import decode_example
 from pipelines.encoders_config import make_encoders
+from transforms import decode_example
+
+from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, options, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -140,8 +141,8 @@ def test_failed_build_leaves_previous_version_current(media, tmp_path, monkeypat
 
 
 def test_killed_build_leaves_previous_version_current(media, tmp_path):
-    import subprocess
     import signal
+    import subprocess
     import sys
     import time
 

@@ -11,7 +11,7 @@ import gzip
 import io
 import os
 import zlib
-from typing import BinaryIO, Dict, List, Optional, Tuple
+from typing import BinaryIO, Dict, List, Optional, Tuple, cast
 
 from .errors import TFRecordError
 
@@ -64,7 +64,7 @@ def is_remote(path: str) -> bool:
 def _beam_filesystems():
     try:
         from apache_beam.io.filesystems import FileSystems
-    except ImportError as err:  # pragma: no cover - Beam is a hard dependency in setup.py
+    except ImportError as err:  # pragma: no cover - Beam is a hard dependency (pyproject.toml)
         raise TFRecordError(
             "remote paths need Apache Beam's FileSystems: pip install apache-beam[gcp|aws|...]"
         ) from err
@@ -78,14 +78,16 @@ def _local(path: str) -> str:
 
 def open_raw(path: str, mode: str = "rb") -> BinaryIO:
     """Open the bytes of ``path`` as stored (no decompression)."""
+    # The casts here and below: io's file classes are binary files, but not typing.BinaryIO
+    # to a type checker.
     if is_remote(path):
         from apache_beam.io.filesystem import CompressionTypes
 
         fs = _beam_filesystems()
         if "r" in mode:
             return fs.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-        return _EmptySafeWriter(fs.create(path, compression_type=CompressionTypes.UNCOMPRESSED))
-    return open(_local(path), mode)
+        return cast(BinaryIO, _EmptySafeWriter(fs.create(path, compression_type=CompressionTypes.UNCOMPRESSED)))
+    return cast(BinaryIO, open(_local(path), mode))
 
 
 class _EmptySafeWriter(io.RawIOBase):
@@ -268,7 +270,7 @@ def list_prefix(prefix: str) -> List[str]:
     """Every file under ``prefix`` (a directory or key prefix), sorted."""
     if is_remote(prefix):
         return glob(str(prefix).rstrip("/") + "/**")
-    out = []
+    out: List[str] = []
     for dirpath, _dirs, names in os.walk(_local(prefix)):
         out.extend(os.path.join(dirpath, n) for n in names)
     return sorted(out)
@@ -395,9 +397,9 @@ def open_read(path: str, compression_type: Optional[str] = None) -> BinaryIO:
     kind = normalize_compression(compression_type, path)
     raw = open_raw(path, "rb")
     if kind == GZIP:
-        return _OwningGzipFile(raw, "rb")
+        return cast(BinaryIO, _OwningGzipFile(raw, "rb"))
     if kind == ZLIB:
-        return ZlibReader(raw)
+        return cast(BinaryIO, ZlibReader(raw))
     return raw
 
 
@@ -429,7 +431,7 @@ def open_write(path: str, compression_type: Optional[str] = None) -> BinaryIO:
     kind = normalize_compression(compression_type, path)
     raw = open_raw(path, "wb")
     if kind == GZIP:
-        return _OwningGzipFile(raw, "wb")
+        return cast(BinaryIO, _OwningGzipFile(raw, "wb"))
     if kind == ZLIB:
-        return ZlibWriter(raw)
+        return cast(BinaryIO, ZlibWriter(raw))
     return raw

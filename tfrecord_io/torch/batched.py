@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from itertools import chain, islice, repeat
 from math import prod
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -85,7 +85,7 @@ class TFRecordBatchDataset(TFRecordDataset):
 
     def __init__(
         self,
-        data_path: PathSpec,
+        data_path: Union[PathSpec, Sequence[FileInfo]],
         index_path: IndexSpec,
         description: Description = None,
         batch_size: int = 256,
@@ -221,7 +221,7 @@ class TFRecordBatchDataset(TFRecordDataset):
         path, (offset, data) = record
         try:
             return self.record_decoder(data)  # type: ignore[misc]
-        except Exception as err:  # noqa: BLE001 - re-raised with the record's place
+        except Exception as err:  # broad: re-raised with the record's place
             raise ExampleCodecError(f"{type(err).__name__}: {err}", path, offset) from err
 
     def _parse(self, chunk: Sequence[Located], parse: Callable[[], Any]) -> Any:

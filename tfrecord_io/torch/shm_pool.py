@@ -83,20 +83,20 @@ class Slot:
         self.length = st.st_size
         self.capacity = self.length - HEADER
         self.mapping = mmap.mmap(fd, self.length)
-        self.counters = np.ndarray((3,), np.int64, buffer=self.mapping)  # [sent, released, by_proc]
-        self.data = np.ndarray((self.capacity,), np.uint8, buffer=self.mapping, offset=HEADER)
+        self.counters: np.ndarray = np.ndarray((3,), np.int64, buffer=self.mapping)  # [sent, released, by_proc]
+        self.data: np.ndarray = np.ndarray((self.capacity,), np.uint8, buffer=self.mapping, offset=HEADER)
         self.address = self.data.ctypes.data
         self.held = False  # a tensor in this (the worker) process still uses the memory
 
     @classmethod
-    def create(cls, capacity: int) -> "Slot":
+    def create(cls, capacity: int) -> Slot:
         fd = os.memfd_create("tfrecord-io-batch", os.MFD_CLOEXEC)
         os.ftruncate(fd, HEADER + capacity)
         fcntl.flock(fd, fcntl.LOCK_EX)  # new: nobody else can hold it
         return cls(fd)
 
     @classmethod
-    def adopt(cls, kept_fd: int) -> Optional["Slot"]:
+    def adopt(cls, kept_fd: int) -> Optional[Slot]:
         """A slot an earlier worker made and the main process kept (``kept_fd``, inherited
         from it), if no living worker holds it and no batch of it is outstanding. Its
         pages exist already: ``MADV_POPULATE_WRITE`` maps them all in one call (16 MiB:
@@ -232,14 +232,14 @@ class Kept:
     def __init__(self, fd: int, length: int) -> None:
         self.fd = os.dup(fd)
         self.mapping = mmap.mmap(self.fd, length)
-        self.counters = np.ndarray((3,), np.int64, buffer=self.mapping)
+        self.counters: np.ndarray = np.ndarray((3,), np.int64, buffer=self.mapping)
 
     def close(self) -> None:
         os.close(self.fd)  # the mapping goes with the last tensor over it
 
 
 #: the slots this (main) process has received, newest last, at most ``KEPT_SLOTS``
-_KEPT: "OrderedDict[Tuple[int, int], Kept]" = OrderedDict()
+_KEPT: OrderedDict[Tuple[int, int], Kept] = OrderedDict()
 _KEPT_LOCK = threading.Lock()
 
 
@@ -266,6 +266,7 @@ def _adoptable() -> List[int]:
     decides)."""
     kept = [k.fd for k in _KEPT.values()]
     info = torch.utils.data.get_worker_info()
+    assert info is not None  # called in a DataLoader worker only
     share = -(-len(kept) // max(1, info.num_workers)) if kept else 0
     return kept[info.id * share:(info.id + 1) * share]
 
@@ -275,7 +276,7 @@ def _mapped_slot(where: Tuple[Any, int, int, Tuple[int, int], int]) -> Kept:
     opened through ``/proc`` and kept; without ``/proc``, mapped from the descriptor
     the worker sent (``DupFd``) for this batch only."""
     dup, pid, fd, identity, length = where
-    identity = tuple(identity)
+    identity = (identity[0], identity[1])  # a tuple, whatever sequence arrived
     theirs = dup.detach() if dup is not None else None  # the worker's own open file (holds its lock)
     try:
         with _KEPT_LOCK:  # the pin_memory thread of one DataLoader, the main thread of another
@@ -318,7 +319,7 @@ def rebuild_pooled(
     """In the main process: the tensor a worker sent, over the slot's memory (no copy).
     When its storage is freed, the slot's ``released`` counter goes up by one."""
     slot = _mapped_slot(where)
-    raw = np.ndarray((where[4] - HEADER,), np.uint8, buffer=slot.mapping, offset=HEADER)
+    raw: np.ndarray = np.ndarray((where[4] - HEADER,), np.uint8, buffer=slot.mapping, offset=HEADER)
     weakref.finalize(raw, _release, slot.counters).atexit = False
     typed = torch.from_numpy(raw).view(dtype)
     return typed.as_strided(shape, stride, offset)
