@@ -8,8 +8,8 @@
 # and, with the entry point overridden, as a place to launch jobs:
 #   docker run --rm -v "$PWD:/work" -w /work --entrypoint tfrecord-io <image> build configs/datasets/demo.yaml
 #
-# Build: docker build -t tfrecord-io:$(python3 setup.py --version) .
-#   (the one version source is tfrecord_io/_version.py)
+# Build (the one version source is tfrecord_io/_version.py):
+#   docker build -t tfrecord-io:$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' tfrecord_io/_version.py) .
 # The Beam version here must equal constraints/pinned.txt's apache-beam (a test checks
 # it): workers and launcher must run the same SDK. For another Beam release, change both
 # (FROM apache/beam_python3.X_sdk:<version>, and a constraints file of that release).
@@ -25,7 +25,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/tfrecord-io
-COPY setup.py README.md ./
+COPY pyproject.toml setup.py README.md LICENSE ./
 COPY constraints ./constraints
 COPY tfrecord_io ./tfrecord_io
 COPY transforms ./transforms

@@ -13,8 +13,7 @@ import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-import tensorflow as tf  # noqa: E402
-
+import tensorflow as tf
 
 CLOCK = time.process_time if sys.argv[5:6] == ["cpu"] else time.perf_counter
 

@@ -27,10 +27,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from tfrecord_io.writer import RecordWriter  # noqa: E402
-from transforms import Audio, Image, Label, Text, encode_row  # noqa: E402
+from tfrecord_io.writer import RecordWriter
+from transforms import Audio, Image, Label, Text, encode_row
 
 SPLITS = {"train": 0.8, "test": 0.2}
 SHARDS = 4
@@ -38,8 +38,9 @@ SHARDS = 4
 
 def make_dataset(root: str, records: int) -> str:
     """Write ``root/v1`` (shards + dataset_info.json + LATEST); return the root."""
-    from PIL import Image as PILImage, ImageDraw
     import soundfile as sf
+    from PIL import Image as PILImage
+    from PIL import ImageDraw
 
     spec = {"image": Image(mode="RGB", reencode="png"), "audio": Audio(sample_rate=16000, mono=True),
             "caption": Text(), "label": Label(vocabulary=["circle", "square", "triangle"])}
@@ -82,10 +83,10 @@ def make_dataset(root: str, records: int) -> str:
 
 
 def plain_loop(root: str, samples: int) -> int:
-    from pipelines.report import resolve_input, _columns
+    from pipelines.report import _columns, resolve_input
     from pipelines.report_stats import SplitStatsFn, label_column, observe_record, sample_key
-    from tfrecord_io.reader import tfrecord_iterator
     from tfrecord_io.index import load_index
+    from tfrecord_io.reader import tfrecord_iterator
 
     inp = resolve_input([root])
     columns = _columns(inp)

@@ -34,12 +34,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 )
 
-import yaml  # noqa: E402
-from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+import yaml
+from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.options import beam_args, load_runner_section  # noqa: E402
-from pipelines.validate import run_validate  # noqa: E402
-from tfrecord_io.writer import RecordWriter  # noqa: E402
+from pipelines.options import beam_args, load_runner_section
+from pipelines.validate import run_validate
+from tfrecord_io.writer import RecordWriter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORD_BYTES = 1000  # ~ a small serialized Example
@@ -100,7 +100,8 @@ def main() -> int:
     print(f"machine: {os.cpu_count()} cores; validate job = CRC-checked split read, default 64 MiB ranges")
 
     small = os.path.join(work, "small.tfrecord")
-    n_small = write_big_file(small, 1) if args.startup else 0
+    if args.startup:
+        write_big_file(small, 1)
 
     results: Dict[str, float] = {}
     fixed: Dict[str, float] = {}

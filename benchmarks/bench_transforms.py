@@ -25,10 +25,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from PIL import Image as PILImage  # noqa: E402
+from PIL import Image as PILImage
 
-from tfrecord_io.writer import RecordWriter  # noqa: E402
-from transforms import Audio, Image, Int, decode_example, encode_row  # noqa: E402
+from tfrecord_io.writer import RecordWriter
+from transforms import Audio, Image, Int, decode_example, encode_row
 
 
 def interleaved_best(fns, rounds=3):
@@ -294,7 +294,8 @@ def main():
         return
 
     print(f"\nBeam, DirectRunner: marginal throughput from runs of {len(small)} and {len(large)} images "
-          f"({args.audio} and {3 * args.audio} clips; fastest of 2 runs each), so pipeline start-up is reported apart; sink/source = tfrecord_io\n")
+          f"({args.audio} and {3 * args.audio} clips; fastest of 2 runs each), "
+          "so pipeline start-up is reported apart; sink/source = tfrecord_io\n")
     print("| pipeline | workers | items/s | MB/s | start-up s |\n|---|---:|---:|---:|---:|")
     for workers in (1, 2):
         cases = [

@@ -7,7 +7,13 @@ and its position (``splits.py``), and groups the *rows* (paths and small values,
 hundred bytes each) into one task per shard, sorted by the shuffle hash. The pipeline
 spreads those tasks over the workers; each worker, per shard, reads every row's
 media, encodes it and streams the Example straight into the shard file. Encoded media
-never crosses the runner's shuffle and is never held beyond one write batch: peak
+never crosses the runner's shuffle and is never held beyond one write batch. The rows
+themselves do not travel inside the pipeline either: the launcher writes each task's
+rows as JSON lines under the version's ``_tasks/`` (one file per shard, deleted before
+``dataset_info.json`` is written, like ``_shards/``) and the pipeline's elements are only
+(split, shard, file) references. Beam pickles and bz2-compresses what ``Create`` holds
+into the job description at level 9: 16,000 rows in ``Create`` cost 2 s of the
+launcher's time before any worker started, and the workers as much again. Peak
 memory per worker is one shard's row list (about 0.3 KB per row) plus
 ``WRITE_BATCH`` encoded Examples plus one decoded image/clip, whatever the dataset
 size. Parallelism is the number of shards (tasks are dealt out largest first).
@@ -49,6 +55,7 @@ from apache_beam.metrics import Metrics
 from tfrecord_io import files
 from tfrecord_io._version import __version__
 from tfrecord_io.beam_sink import DEFAULT_SHARD_NAME_TEMPLATE, shard_name
+from tfrecord_io.index import index_path_for
 from tfrecord_io.writer import RecordWriter
 
 from . import dataset_dir, splits
@@ -59,6 +66,7 @@ from .progress import CountProgress, ProgressPrinter
 
 TOOL_VERSION = __version__
 META_DIR = "_shards"
+TASKS_DIR = "_tasks"
 REJECTED_NAME = "rejected-00000-of-00001.jsonl"
 WRITE_BATCH = 64
 
@@ -79,6 +87,37 @@ class ShardTask:
     num_shards: int
     rows: List[Dict[str, Any]]
     estimated_bytes: int = 0
+
+
+def _task_path(version_dir: str, split: str, shard: int) -> str:
+    return files.join(version_dir, TASKS_DIR, f"{split}-{shard:05d}.jsonl")
+
+
+def write_task_files(tasks: List[ShardTask], version_dir: str) -> List[Dict[str, Any]]:
+    """Each task's rows as JSON lines under ``_tasks/`` of the (unpublished) version;
+    returns the pipeline's elements: one small reference per task, in the plan's order.
+
+    Rows come from CSV/JSONL manifests or a folder listing, so JSON gives them back
+    exactly; a value JSON cannot hold is an error here, never a silent change."""
+    refs = []
+    for task in tasks:
+        path = _task_path(version_dir, task.split, task.shard)
+        data = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in task.rows).encode("utf-8")
+        files.write_bytes(path, data)
+        refs.append({"split": task.split, "shard": task.shard, "num_shards": task.num_shards,
+                     "rows_file": path, "rows": len(task.rows)})
+    return refs
+
+
+def read_task(ref: Dict[str, Any]) -> ShardTask:
+    """The worker's side of :func:`write_task_files`: the task with its rows, in order."""
+    data = files.read_bytes(ref["rows_file"])
+    # one JSON value a line (JSON escapes line breaks inside strings); the bytes are
+    # split, not the decoded text, whose splitlines() would also cut at U+2028
+    rows = [json.loads(line) for line in data.split(b"\n") if line]
+    if len(rows) != ref["rows"]:
+        raise RuntimeError(f"{ref['rows_file']}: {len(rows)} rows, the plan has {ref['rows']}")
+    return ShardTask(ref["split"], ref["shard"], ref["num_shards"], rows)
 
 
 class WriteShard(beam.DoFn):
@@ -110,9 +149,9 @@ class WriteShard(beam.DoFn):
         self._rejected.finish_bundle()
 
     def process(self, element):
-        _, tasks = element
-        for task in tasks:
-            yield self._write(task)
+        _, refs = element
+        for ref in refs:
+            yield self._write(read_task(ref))
 
     def _encode(self, task: ShardTask, rejected: List[str]) -> Iterable[bytes]:
         from transforms.errors import EncodeError, rejected_row
@@ -135,7 +174,7 @@ class WriteShard(beam.DoFn):
     def _write(self, task: ShardTask) -> Dict[str, Any]:
         relpath = f"{task.split}/{dataset_shard_name(self._name, task.split, task.shard, task.num_shards, self._compression)}"
         final = files.join(self._dir, relpath)
-        index_path = final + ".index" if self._write_index else None
+        index_path = index_path_for(final) if self._write_index else None
         if not files.is_remote(final):
             import os
 
@@ -166,7 +205,7 @@ class WriteShard(beam.DoFn):
             "shard": task.shard,
             "num_shards": task.num_shards,
             "path": relpath,
-            "index": relpath + ".index" if index_path else None,
+            "index": index_path_for(relpath) if index_path else None,
             "records": records,
             "bytes": files.file_size(final),
             "sha256": dataset_dir.sha256_file(final),
@@ -343,12 +382,14 @@ def plan_build(cfg: Dict[str, Any]) -> BuildPlan:
 
 
 def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print,
-              on_version: Optional[Callable[[str], None]] = None) -> BuildSummary:
+              on_version: Optional[Callable[[str], None]] = None, workers=None) -> BuildSummary:
     """Plan (:func:`plan_build`), claim a version, run the pipeline, write
     ``dataset_info.json`` and publish; an unfinished version is removed on failure.
 
     ``on_version`` is told the version's name as soon as this run owns it, so a caller
-    can say what a failure left there (the CLI's failure block)."""
+    can say what a failure left there (the CLI's failure block). ``workers``: local
+    workers forked before planning (``local_workers.ForkedWorkers``, the CLI's), else
+    the runner starts its own."""
     from apache_beam.io.filesystems import FileSystems
 
     started = time.monotonic()
@@ -367,19 +408,24 @@ def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print,
     log(f"building {name!r}: {len(rows)} rows -> {version_dir} ({len(plan.tasks)} shards)")
     assert claim is not None
     try:
-        _run_pipeline(plan, version_dir, cfg["output"]["write_index"], options, progress)
+        refs = write_task_files(plan.tasks, version_dir)
+        _run_pipeline(plan, refs, version_dir, cfg["output"]["write_index"], options, progress, workers)
         shards, rejected_lines, rejected_path = _collect_shards(plan, version_dir, version)
         written = sum(s["records"] for s in shards)
         info = _dataset_info(cfg, plan, version, shards, len(rejected_lines))
         files.delete_prefix(files.join(version_dir, META_DIR))
+        files.delete_prefix(files.join(version_dir, TASKS_DIR))
         dataset_dir.write_info(version_dir, info)
     except BaseException as err:
         claim.release()
         try:
             dataset_dir.remove_version(version_dir)
             state = f"removed the unfinished version {version_dir}"
-        except Exception as cleanup_err:  # noqa: BLE001
-            state = f"could not remove the unfinished version {version_dir} ({cleanup_err}); readers ignore it (no {dataset_dir.INFO_NAME})"
+        except Exception as cleanup_err:  # noqa: BLE001 - the failure is reported with the state left, cleanup must not mask it
+            state = (
+                f"could not remove the unfinished version {version_dir} ({cleanup_err}); "
+                f"readers ignore it (no {dataset_dir.INFO_NAME})"
+            )
         log(f"build failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); {state}; "
             f"LATEST still names {dataset_dir.read_latest(out_dir) or 'nothing'}")
         raise
@@ -423,17 +469,31 @@ def _dataset_info(cfg: Dict[str, Any], plan: BuildPlan, version: str, shards: Li
     }
 
 
-def _run_pipeline(plan: BuildPlan, version_dir: str, write_index: bool, options, progress: bool) -> None:
-    """The Beam job: each shard task encoded and written where it lands, shard files
-    and their metadata under ``version_dir``."""
+def _run_pipeline(plan: BuildPlan, refs: List[Dict[str, Any]], version_dir: str, write_index: bool, options,
+                  progress: bool, workers=None) -> None:
+    """The Beam job: each shard task (``refs``, see :func:`write_task_files`) encoded
+    and written where it lands, shard files and their metadata under ``version_dir``."""
+    runner = None
+    if workers is not None:
+        runner, options = workers.pipeline_runner(options)
+    try:
+        _run_shard_tasks(plan, refs, version_dir, write_index, options, progress, runner)
+    except BaseException:
+        if workers is not None:
+            workers.close(kill=True)  # gone before run_build removes the version
+        raise
+
+
+def _run_shard_tasks(plan: BuildPlan, refs: List[Dict[str, Any]], version_dir: str, write_index: bool, options,
+                     progress: bool, runner) -> None:
     with ProgressPrinter("build", enabled=progress, rate_stage="encoded", total=len(plan.rows)) as bar:
-        with beam.Pipeline(options=options) as p:
+        with beam.Pipeline(runner=runner, options=options) as p:
             (
                 p
                 # Typed KV[Any, Any]: coded by Beam's deterministic FastPrimitivesCoder,
                 # opaque bytes to the runner (Prism 2.62 cannot decode Python-specific
                 # composite coders at a GroupByKey, apache/beam#32636).
-                | "ShardTasks" >> beam.Create(list(enumerate(plan.tasks)), reshuffle=False).with_output_types(
+                | "ShardTasks" >> beam.Create(list(enumerate(refs)), reshuffle=False).with_output_types(
                     beam.typehints.KV[beam.typehints.Any, beam.typehints.Any]
                 )
                 # Keyed by task number and grouped: the runner deals the tasks out to

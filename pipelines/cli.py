@@ -214,7 +214,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 file=log.terminal,
             )
             return EXIT_USAGE
-        except (Exception, KeyboardInterrupt, Terminated, WorkerDied) as err:
+        except (Exception, KeyboardInterrupt, Terminated, WorkerDied) as err:  # noqa: BLE001 - every failure ends in the failure block
             log.keep = True
             log.stopping = True  # worker exits from here on are ours
             log.record(format_exception(err))

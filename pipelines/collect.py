@@ -52,7 +52,7 @@ class ResultDir:
                 out.append(json.loads(f.read().decode("utf-8")))
         return out
 
-    def __enter__(self) -> "ResultDir":
+    def __enter__(self) -> ResultDir:
         return self
 
     def __exit__(self, *exc) -> None:

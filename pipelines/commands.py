@@ -11,6 +11,7 @@ missing command. What a failed ``build`` or ``reshard`` leaves is described by
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -24,6 +25,7 @@ def cmd_build(args, beam_flags: List[str]) -> int:
 
     from .build import run_build
     from .config import load_config, parse_overrides
+    from .local_workers import fork_workers
 
     overrides = parse_overrides(args.set)
     if args.output:
@@ -39,8 +41,13 @@ def cmd_build(args, beam_flags: List[str]) -> int:
     # run_build names the version it claims (an `auto` name may get a suffix when taken);
     # the failure block then says exactly what this run left there.
     args.failure_state = BuildState(cfg["output"]["dir"])
-    summary = run_build(cfg, PipelineOptions(flags), progress=not args.no_progress and is_local(flags),
-                        on_version=args.failure_state.claimed)
+    options = PipelineOptions(flags)
+    # DirectRunner's multi-process workers: forked now, already imported, while the
+    # launcher plans (pipelines/local_workers.py); other runners start their own.
+    workers = fork_workers(options, preload=("transforms.rows",))
+    with workers or contextlib.nullcontext():
+        summary = run_build(cfg, options, progress=not args.no_progress and is_local(flags),
+                            on_version=args.failure_state.claimed, workers=workers)
     print("\n".join(summary.lines()))
     return 0
 

@@ -45,8 +45,7 @@ import uuid
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from tfrecord_io import files
-from tfrecord_io.path_specs import has_glob
-from tfrecord_io.datasets import (  # noqa: F401 - re-exported for the jobs
+from tfrecord_io.datasets import (  # also re-exported for the jobs
     INFO_NAME,
     LATEST_NAME,
     DatasetLayoutError,
@@ -54,6 +53,7 @@ from tfrecord_io.datasets import (  # noqa: F401 - re-exported for the jobs
     read_latest,
     resolve_version_dir,
 )
+from tfrecord_io.path_specs import has_glob
 
 BUILDING_NAME = "_BUILDING"
 HEARTBEAT_S = 30.0
@@ -140,7 +140,8 @@ def check_output_dir(out_dir: str, name: str, feature_spec: Dict[str, Any]) -> N
         if info is not None:
             if info.get("name") != name:
                 raise DatasetDirError(
-                    f"output {out_dir} holds dataset {info.get('name')!r}, not {name!r}; choose another output directory"
+                    f"output {out_dir} holds dataset {info.get('name')!r}, not {name!r}; "
+                    "choose another output directory"
                 )
             if info.get("features") != feature_spec:
                 raise DatasetDirError(
@@ -150,7 +151,7 @@ def check_output_dir(out_dir: str, name: str, feature_spec: Dict[str, Any]) -> N
         return
     try:
         top = files.glob(out_dir.rstrip("/") + "/*")
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - an unlistable output holds no TFRecord files we could clash with
         top = []
     if any(p.endswith((".tfrecord", ".index")) or ".tfrecord-" in os.path.basename(p) for p in top):
         raise DatasetDirError(f"output {out_dir} already holds TFRecord files that are not a versioned dataset")
@@ -187,7 +188,8 @@ class BuildClaim:
                     fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
                 except FileExistsError:
                     raise VersionTaken(
-                        f"version {self.version_dir} is being built by another run ({_describe(read_marker(self.version_dir))})"
+                        f"version {self.version_dir} is being built by another run "
+                        f"({_describe(read_marker(self.version_dir))})"
                     ) from None
                 with os.fdopen(fd, "wb") as f:
                     f.write(self._body())
@@ -227,7 +229,8 @@ def _describe(marker: Optional[Dict[str, Any]]) -> str:
     if not marker:
         return "no readable marker"
     age = time.time() - float(marker.get("heartbeat", 0))
-    return f"run {marker.get('run_id', '?')[:8]} on {marker.get('host', '?')} pid {marker.get('pid', '?')}, heartbeat {age:.0f}s ago"
+    run, host, pid = marker.get("run_id", "?")[:8], marker.get("host", "?"), marker.get("pid", "?")
+    return f"run {run} on {host} pid {pid}, heartbeat {age:.0f}s ago"
 
 
 def marker_is_live(marker: Optional[Dict[str, Any]]) -> bool:
@@ -275,7 +278,8 @@ def prepare_version(out_dir: str, version: str, fingerprint: str, auto: bool, lo
                 return {"state": "published", "version": candidate, "info": info}
             raise DatasetDirError(
                 f"version {version_dir} already holds a build of a different config or inputs "
-                f"(fingerprint {str(info.get('fingerprint'))[:12]}, this run {fingerprint[:12]}); choose another --version"
+                f"(fingerprint {str(info.get('fingerprint'))[:12]}, this run {fingerprint[:12]}); "
+                "choose another --version"
             )
         existing = _version_files(version_dir)
         if existing:
@@ -285,7 +289,10 @@ def prepare_version(out_dir: str, version: str, fingerprint: str, auto: bool, lo
                     candidate = f"{version}-{attempt}"
                     continue
                 raise VersionTaken(f"version {version_dir} is being built by another run ({_describe(marker)})")
-            log(f"removing the unfinished earlier attempt at {version_dir} ({len(existing)} objects, {_describe(marker)})")
+            log(
+                f"removing the unfinished earlier attempt at {version_dir} "
+                f"({len(existing)} objects, {_describe(marker)})"
+            )
             remove_version(version_dir)
         return {"state": "new", "version": candidate}
     raise DatasetDirError(f"no free version name near {version!r} under {out_dir}")
@@ -306,7 +313,7 @@ def sha256_file(path: str, chunk: int = 1 << 22) -> str:
 def verify_version(version_dir: str, info: Dict[str, Any]) -> List[str]:
     """Problems with a published version (missing shard, size or SHA-256 mismatch)."""
     problems = []
-    for split, entry in sorted(info.get("splits", {}).items()):
+    for _split, entry in sorted(info.get("splits", {}).items()):
         for shard in entry.get("shards", []):
             path = files.join(version_dir, shard["path"])
             try:

@@ -20,7 +20,8 @@ def _show(value) -> str:
         return f"array shape={value.shape} dtype={value.dtype} mean={value.mean():.1f}"
     if hasattr(value, "samples") and hasattr(value, "sample_rate"):
         s = np.asarray(value.samples)
-        return f"audio {s.shape[0]} samples x {s.shape[1] if s.ndim > 1 else 1} channel(s) float32 at {value.sample_rate} Hz"
+        channels = s.shape[1] if s.ndim > 1 else 1
+        return f"audio {s.shape[0]} samples x {channels} channel(s) float32 at {value.sample_rate} Hz"
     return repr(value)
 
 

@@ -369,7 +369,7 @@ class JobLog:
         stop_children()
         raise Terminated(signum)
 
-    def __enter__(self) -> "JobLog":
+    def __enter__(self) -> JobLog:
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8", buffering=1)
         root = logging.getLogger()

@@ -15,7 +15,7 @@ import apache_beam as beam
 
 from tfrecord_io import files
 from tfrecord_io.errors import TFRecordError
-from tfrecord_io.index import create_index, find_index, load_index
+from tfrecord_io.index import create_index, find_index, index_path_for, load_index
 
 
 def index_status(path: str) -> Dict[str, Any]:
@@ -25,7 +25,7 @@ def index_status(path: str) -> Dict[str, Any]:
         return {"path": path, "index": None, "state": "compressed"}
     existing = find_index(path)
     if existing is None:
-        return {"path": path, "index": path + ".index", "state": "missing"}
+        return {"path": path, "index": index_path_for(path), "state": "missing"}
     try:
         idx = load_index(existing)
     except TFRecordError:

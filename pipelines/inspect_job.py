@@ -16,7 +16,7 @@ from typing import Any, Dict, List
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_io.codec import Example, INT64, FLOAT, BYTES
+from tfrecord_io.codec import BYTES, FLOAT, INT64, Example
 
 from .collect import ResultDir
 from .inputs import resolve_inputs
@@ -158,7 +158,7 @@ def head_records(paths: List[str], n: int) -> List[Dict[str, Any]]:
             try:
                 parsed = parse_example(data)
                 out.append({"path": path, "features": {k: show_value(v) for k, v in parsed.items()}})
-            except Exception as err:  # noqa: BLE001
+            except Exception as err:  # noqa: BLE001 - a record that does not parse is shown, not fatal
                 out.append({"path": path, "error": str(err)})
         if len(out) >= n:
             break
@@ -213,7 +213,10 @@ def summary_lines(result: Dict[str, Any]) -> List[str]:
     lines.append(f"  {'key':<28} {'type':<8} {'present':>9} {'values/record (min..max, mean)':>32}")
     for key, f in result["features"].items():
         spec = result["inferred_spec"][key]
-        lines.append(f"  {key:<28} {spec['type']:<8} {f['present_in']:>9,} {f['min_len']:>14}..{f['max_len']:<6} {f['mean_len']:>9}")
+        lines.append(
+            f"  {key:<28} {spec['type']:<8} {f['present_in']:>9,} "
+            f"{f['min_len']:>14}..{f['max_len']:<6} {f['mean_len']:>9}"
+        )
     lines.append("inferred spec: " + json.dumps({k: v["type"] for k, v in result["inferred_spec"].items()}))
     for i, rec in enumerate(result["head"]):
         lines.append(f"record {i} ({rec['path']}):")

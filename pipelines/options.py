@@ -110,7 +110,7 @@ def _expand_env(value: Any, where: str, source: str) -> Any:
     if not isinstance(value, str):
         return value
 
-    def substitute(match: "re.Match[str]") -> str:
+    def substitute(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in os.environ:
             from .config import ConfigError

@@ -96,7 +96,7 @@ class ProgressPrinter:
         self._thread: Optional[threading.Thread] = None
         self._start = 0.0
 
-    def __enter__(self) -> "ProgressPrinter":
+    def __enter__(self) -> ProgressPrinter:
         self._start = time.monotonic()
         if self.enabled:
             self.dir = tempfile.mkdtemp(prefix="tfrecord-io-progress-")

@@ -35,7 +35,13 @@ from tfrecord_io.index import INDEX_SUFFIXES
 
 from .dataset_dir import DatasetDirError
 from .report_stats import (
-    MAX_IMAGE_SIZES, JobResult, ReportColumn, Shard, columns_from_encoders, columns_from_record, label_column,
+    MAX_IMAGE_SIZES,
+    JobResult,
+    ReportColumn,
+    Shard,
+    columns_from_encoders,
+    columns_from_record,
+    label_column,
 )
 
 REPORT_NAME = "report.html"
@@ -191,9 +197,9 @@ def _check_output(output: str) -> None:
 def run_report(paths: Sequence[str], options, output: str, splits: Optional[Sequence[str]] = None,
                samples: int = DEFAULT_SAMPLES, validation: Optional[str] = None, progress: bool = True) -> ReportSummary:
     """Resolve the input, run the statistics job, write the page."""
-    from .report_stats import run_stats_job
-
     from apache_beam.io.filesystems import FileSystems
+
+    from .report_stats import run_stats_job
 
     started = time.monotonic()
     FileSystems.set_options(options)  # the launcher reads LATEST, dataset_info.json ... with the job's flags (--s3_*)
@@ -227,7 +233,7 @@ def write_build_report(version_dir: str, options, progress: bool = True) -> Repo
     the published version as it is)."""
     try:
         return run_report([version_dir], options, files.join(version_dir, REPORT_NAME), progress=progress)
-    except Exception as err:  # noqa: BLE001 - reported with what state the build left
+    except Exception as err:  # broad: reported with what state the build left
         raise ReportError(f"version {version_dir} is built and published, but writing its report failed: "
                           f"{type(err).__name__}: {err}") from err
 
@@ -467,7 +473,8 @@ def _samples(split: str, groups: Mapping[Any, list], columns: List[ReportColumn]
     for group in sorted(groups, key=lambda g: (g is None, g if g is not None else 0)):
         items = groups[group]
         if group is not None:
-            out.append(f'<h4 class="group">{_e(label.name)}: {_e(_label_name(label, group))} <small>({len(items)} shown)</small></h4>')
+            title = f"{_e(label.name)}: {_e(_label_name(label, group))}"
+            out.append(f'<h4 class="group">{title} <small>({len(items)} shown)</small></h4>')
         cards = [_sample_card(rec, rel, off, columns, decoders) for rel, off, rec in items]
         out.append(f'<div class="grid" data-split="{_e(split)}">{"".join(cards)}</div>')
     return "".join(out)
@@ -523,7 +530,8 @@ def _validation(inp: ReportInput, report: Optional[Dict[str, Any]]) -> str:
                    f"not for {_e(inp.version_dir)}.</p>")
     verdict = '<b class="ok">OK</b>' if report["ok"] else f'<b class="error">FAILED: {len(report["problems"]):,} problem(s)</b>'
     out.append(f"<p>{verdict}: {_num(report.get('files'))} files, {_num(report.get('records'))} records, "
-               f"{_mb(report.get('bytes') or 0)} read; checksums {'checked' if report.get('checksums_checked') else 'not checked'}.</p>")
+               f"{_mb(report.get('bytes') or 0)} read; "
+               f"checksums {'checked' if report.get('checksums_checked') else 'not checked'}.</p>")
     if report["problems"]:
         rows = [[p.get("path"), _num(p.get("offset")), p.get("kind", "-"), p.get("reason", "")] for p in report["problems"][:200]]
         out.append(_table(["file", "byte offset", "kind", "reason"], rows, "problems"))

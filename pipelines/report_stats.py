@@ -511,7 +511,7 @@ class SplitStatsFn(beam.CombineFn):
 
 def sample_key(relpath: str, offset: int) -> str:
     """The order samples are chosen in: a hash of where the record is, stable per version."""
-    return hashlib.sha256(f"{relpath}:{offset}".encode("utf-8")).hexdigest()
+    return hashlib.sha256(f"{relpath}:{offset}".encode()).hexdigest()
 
 
 class ObserveBatch(beam.DoFn):

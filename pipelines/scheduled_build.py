@@ -24,7 +24,7 @@ from typing import List, Optional
 if __package__ in (None, ""):  # run as a file (py_file=...): make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipelines.cli import main as cli_main  # noqa: E402
+from pipelines.cli import main as cli_main
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -34,7 +34,7 @@ import os
 import signal
 import sys
 import threading
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 
 def serve(address: str, container_executable: Optional[str] = None) -> None:
@@ -66,29 +66,38 @@ def serve(address: str, container_executable: Optional[str] = None) -> None:
         kill_process_gracefully(worker)
 
 
+def sdk_worker_environment(worker_id: str, provision_endpoint: str, control_endpoint: str,
+                           logging_endpoint: str) -> Dict[str, str]:
+    """The environment variables ``sdk_worker_main`` reads, with the job's pipeline
+    options fetched from the runner's provision service (what Beam's container
+    ``boot`` does). Used by :func:`boot` and by the local forked workers
+    (``pipelines/local_workers.py``)."""
+    import grpc
+    from apache_beam.portability.api import beam_provision_api_pb2, beam_provision_api_pb2_grpc
+    from google.protobuf import json_format
+
+    with grpc.insecure_channel(provision_endpoint) as channel:
+        info = beam_provision_api_pb2_grpc.ProvisionServiceStub(channel).GetProvisionInfo(
+            beam_provision_api_pb2.GetProvisionInfoRequest(), metadata=[("worker_id", worker_id)], timeout=60
+        ).info
+    return {
+        "WORKER_ID": worker_id,
+        "PIPELINE_OPTIONS": json_format.MessageToJson(info.pipeline_options),
+        "CONTROL_API_SERVICE_DESCRIPTOR": f'url: "{control_endpoint}"',
+        "LOGGING_API_SERVICE_DESCRIPTOR": f'url: "{logging_endpoint}"',
+        "RUNNER_CAPABILITIES": " ".join(info.runner_capabilities),
+    }
+
+
 def boot(worker_id: str, provision_endpoint: str, control_endpoint: str, logging_endpoint: str) -> None:
     """Become one SDK worker: fetch the job's pipeline options from the provision
     service and exec ``sdk_worker_main`` with the environment it reads (as Beam's
     container ``boot`` does)."""
     import tempfile
 
-    import grpc
-    from google.protobuf import json_format
-    from apache_beam.portability.api import beam_provision_api_pb2, beam_provision_api_pb2_grpc
-
-    with grpc.insecure_channel(provision_endpoint) as channel:
-        info = beam_provision_api_pb2_grpc.ProvisionServiceStub(channel).GetProvisionInfo(
-            beam_provision_api_pb2.GetProvisionInfoRequest(), metadata=[("worker_id", worker_id)], timeout=60
-        ).info
     env = dict(os.environ)
-    env.update(
-        WORKER_ID=worker_id,
-        PIPELINE_OPTIONS=json_format.MessageToJson(info.pipeline_options),
-        CONTROL_API_SERVICE_DESCRIPTOR=f'url: "{control_endpoint}"',
-        LOGGING_API_SERVICE_DESCRIPTOR=f'url: "{logging_endpoint}"',
-        SEMI_PERSISTENT_DIRECTORY=tempfile.mkdtemp(prefix=f"beam-sdk-{worker_id}-"),
-        RUNNER_CAPABILITIES=" ".join(info.runner_capabilities),
-    )
+    env.update(sdk_worker_environment(worker_id, provision_endpoint, control_endpoint, logging_endpoint))
+    env["SEMI_PERSISTENT_DIRECTORY"] = tempfile.mkdtemp(prefix=f"beam-sdk-{worker_id}-")
     os.execve(sys.executable, [sys.executable, "-m", "apache_beam.runners.worker.sdk_worker_main"], env)
 
 

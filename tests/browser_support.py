@@ -64,7 +64,7 @@ class Browser:
 
     # ------------------------------------------------------------------ process
 
-    def __enter__(self) -> "Browser":
+    def __enter__(self) -> Browser:
         self._proc = subprocess.Popen(
             [self.binary, *CHROMIUM_FLAGS, f"--user-data-dir={self._profile}",
              f"--window-size={self.width},{self.height}", "about:blank"],

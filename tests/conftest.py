@@ -65,7 +65,6 @@ def pytest_addoption(parser):
         "(default: Beam's own; env TFRECORD_IO_BEAM_PICKLER)",
     )
 
-
     parser.addoption(
         "--beam-record",
         metavar="FILE",
@@ -111,7 +110,8 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
-    return f"beam pickler: {_effective(config.getoption('--beam-pickler'))}; workers' PYTHONPATH: {os.environ['PYTHONPATH']}"
+    pickler = _effective(config.getoption("--beam-pickler"))
+    return f"beam pickler: {pickler}; workers' PYTHONPATH: {os.environ['PYTHONPATH']}"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -128,7 +128,9 @@ def pytest_collection_modifyitems(config, items):
     recorded_path = config.getoption("--beam-only-recorded")
     if recorded_path:
         if not os.path.exists(recorded_path):
-            raise pytest.UsageError(f"--beam-only-recorded: {recorded_path} does not exist (write it with --beam-record)")
+            raise pytest.UsageError(
+                f"--beam-only-recorded: {recorded_path} does not exist (write it with --beam-record)"
+            )
         with open(recorded_path, encoding="utf-8") as f:
             recorded = {line.rstrip("\n") for line in f if line.strip()}
         keep = [item for item in items if item.nodeid in recorded]
@@ -156,7 +158,7 @@ def _register_test_modules_by_value() -> None:
     """cloudpickle: pickle everything defined under tests/ by value (see the docstring)."""
     from apache_beam.internal import cloudpickle_pickler
 
-    for name, module in list(sys.modules.items()):
+    for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None) or ""
         if path.startswith(TESTS + os.sep):
             cloudpickle_pickler.cloudpickle.register_pickle_by_value(module)

@@ -27,6 +27,7 @@ import pytest
 
 from pipelines import dataset_dir
 from pipelines.demo_data import make_demo_media
+
 from tests.pipeline_support import REPO, run_cli
 
 pytestmark = pytest.mark.airflow

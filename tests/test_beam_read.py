@@ -30,6 +30,7 @@ from tfrecord_io.beam_source import _ReadTFRecordFn
 from tfrecord_io.errors import CorruptRecordError
 from tfrecord_io.framing import FRAME_OVERHEAD
 from tfrecord_io.index import RecordIndex, build_index, write_index_atomic
+
 from tests.beam_support import multiset, run_pipeline
 
 NS = "tfrecord_io"

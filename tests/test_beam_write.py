@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import tfrecord_io as tfio
 from tfrecord_io.beam_io import WriteToTFRecord, shard_name
 from tfrecord_io.index import build_index, load_index
+
 from tests.beam_support import multiset, run_pipeline
 
 NS = "tfrecord_io"
@@ -123,7 +124,7 @@ def test_output_reads_back_with_beams_builtin_reader_and_the_tfrecord_package(tm
 
     # The tfrecord package pulls in torch: run it in its own interpreter.
     script = textwrap.dedent(
-        f"""
+        """
         import sys
         from tfrecord.reader import tfrecord_iterator
         for path in sys.argv[1:]:

@@ -21,8 +21,9 @@ import tfrecord_io
 from pipelines import dataset_dir
 from pipelines.build import run_build
 from pipelines.config import load_config
-from tests.pipeline_support import IN_PROCESS, REPO, TWO_WORKERS, options, run_cli
 from tfrecord_io import datasets, files
+
+from tests.pipeline_support import IN_PROCESS, REPO, TWO_WORKERS, options, run_cli
 
 
 def _jpeg(path, color, size=(32, 24)):

@@ -1,18 +1,17 @@
 """The ``tfrecord2idx`` command, run as ``python -m tfrecord_io.tools.tfrecord2idx``
-(the console script in setup.py calls the same ``main``)."""
+(the console script in pyproject.toml calls the same ``main``)."""
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
 
 import pytest
+import tomllib
 
 import tfrecord_io as tfio
-from tfrecord_io.framing import encode_frame
 
 from tfio_testutil import REPO, golden_path
 
@@ -25,8 +24,9 @@ def run_cli(*args):
 
 
 def test_console_script_points_at_main():
-    setup = open(os.path.join(REPO, "setup.py")).read()
-    assert re.search(r"tfrecord2idx\s*=\s*tfrecord_io\.tools\.tfrecord2idx:main", setup)
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    assert scripts["tfrecord2idx"] == "tfrecord_io.tools.tfrecord2idx:main"
     from tfrecord_io.tools.tfrecord2idx import main
 
     assert callable(main)

@@ -35,9 +35,8 @@ import time
 from collections import Counter
 from typing import Any, Dict, List
 
-import pytest
-
 import apache_beam as beam
+import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 

@@ -7,7 +7,8 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tfrecord_io as tfio
 from tfrecord_io import codec
@@ -199,7 +200,7 @@ def test_sequence_example_round_trip(context, lists):
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(int64s, st.lists(float32s, min_size=3, max_size=3), byte_strings), min_size=1, max_size=20))
 def test_batch_parse_matches_per_record(rows):
-    records = [codec.serialize_example({"l": (l, "int"), "v": (v, "float"), "b": (b, "byte")}) for l, v, b in rows]
+    records = [codec.serialize_example({"l": (ints, "int"), "v": (v, "float"), "b": (b, "byte")}) for ints, v, b in rows]
     batch = codec.parse_examples_batch(records, {"l": "int", "v": "float", "b": "byte"})
     assert batch["l"].shape == (len(rows), 1) and batch["l"][:, 0].tolist() == [r[0] for r in rows]
     assert batch["v"].shape == (len(rows), 3)

@@ -4,10 +4,9 @@ the path), never ``EOFError``/``zlib.error``, and never loses records silently."
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tfrecord_io as tfio
 from tfrecord_io.writer import RecordWriter

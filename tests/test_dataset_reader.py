@@ -55,7 +55,7 @@ def expected(spec, info, order):
         start = stop = None
         if rest:
             a, b = rest.rstrip("]").split(":")
-            conv = lambda s: None if not s else (int(round(float(s[:-1]) * n / 100.0)) if s.endswith("%") else int(s))  # noqa: E731
+            conv = lambda s: None if not s else (int(round(float(s[:-1]) * n / 100.0)) if s.endswith("%") else int(s))  # noqa: E731, B023 - used at once, in this iteration
             start, stop = conv(a), conv(b)
         out += order[name][slice(start, stop)]
     return out

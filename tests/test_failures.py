@@ -20,8 +20,9 @@ import tfrecord_io as tfio
 from tfrecord_io.beam_io import ReadAllFromTFRecord, ReadFromTFRecord, WriteToTFRecord
 from tfrecord_io.errors import ExampleCodecError, RecordTooLargeError
 from tfrecord_io.framing import encode_frame
+
 from tests.beam_support import multiset, run_pipeline
-from tests.pipeline_support import IN_PROCESS, REPO, run_cli
+from tests.pipeline_support import IN_PROCESS, REPO
 
 # ---------------------------------------------------------------- reads skip sidecars
 
@@ -203,9 +204,10 @@ def test_reading_one_huge_record_holds_one_copy(tmp_path, compress):
     size = 256 << 20
     path = str(tmp_path / ("huge.tfrecord.gz" if compress else "huge.tfrecord"))
     frame_head = encode_frame(b"")  # write the frame without holding the record twice here
-    from tfrecord_io.framing import frame_header
-    from tfrecord_io.crc import masked_crc32c
     import struct
+
+    from tfrecord_io.crc import masked_crc32c
+    from tfrecord_io.framing import frame_header
 
     chunk = b"\0" * (1 << 20)
     opener = gzip.open if compress else open

@@ -26,6 +26,8 @@ from pipelines.build import run_build
 from pipelines.config import load_config
 from pipelines.demo_data import make_demo_media
 from pipelines.failures import child_pids
+from pipelines.local_workers import PROCESS_NAME
+
 from tests.pipeline_support import REPO, TWO_WORKERS, options
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(600)]
@@ -66,12 +68,25 @@ def _cmdline(pid):
         return ""
 
 
+def _comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            return f.read().strip().decode()
+    except OSError:
+        return ""
+
+
+def _is_worker(pid):
+    """Beam's own worker process, or one forked by pipelines/local_workers.py."""
+    return (("sdk_worker_main" in _cmdline(pid) and not _cmdline(pid).startswith("/bin/sh"))
+            or _comm(pid) == PROCESS_NAME.decode())
+
+
 def _wait_for_workers(proc, out, count=2, timeout=180):
     """The launcher's Python worker processes, once ``count`` run and the version dir exists."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        workers = [p for p in child_pids(proc.pid) if "sdk_worker_main" in _cmdline(p) and
-                   not _cmdline(p).startswith("/bin/sh")]
+        workers = [p for p in child_pids(proc.pid) if _is_worker(p)]
         if len(workers) >= count and (out / "v2").exists():
             return workers
         time.sleep(0.1)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tfrecord_io as tfio
-from tfrecord_io import codec, reader
+from tfrecord_io import codec
 from tfrecord_io.proto.example_pb2 import Feature
 from tfrecord_io.writer import RecordWriter, TFRecordWriter
 

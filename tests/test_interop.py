@@ -5,7 +5,6 @@ and with Beam's built-in ``apache_beam.io.tfrecordio`` (``_TFRecordUtil`` and th
 from __future__ import annotations
 
 import glob
-import os
 
 import numpy as np
 import pytest

@@ -14,9 +14,10 @@ from pipelines import dataset_dir
 from pipelines.build import run_build
 from pipelines.config import load_config
 from pipelines.demo_data import make_demo_media
-from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, options, run_cli
-from transforms import decode_example
 from pipelines.encoders_config import make_encoders
+from transforms import decode_example
+
+from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, options, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -140,8 +141,8 @@ def test_failed_build_leaves_previous_version_current(media, tmp_path, monkeypat
 
 
 def test_killed_build_leaves_previous_version_current(media, tmp_path):
-    import subprocess
     import signal
+    import subprocess
     import sys
     import time
 
@@ -192,3 +193,48 @@ def test_target_shard_size_derives_shard_count(media, tmp_path):
         split: max(1, math.ceil(b / 100_000)) for split, b in expected_bytes.items()
     }
     assert sum(len(v) for v in by_split.values()) > 3
+
+
+def test_task_files_give_the_rows_back_exactly(tmp_path):
+    """The rows a worker reads back from ``_tasks/`` are the plan's, value for value and
+    in order (a U+2028 in a value must not cut its line)."""
+    from pipelines.build import ShardTask, read_task, write_task_files
+
+    rows = [{"path": "a\u2028b.jpg", "label": "caf\u00e9", "_row": 2},
+            {"path": "b.jpg", "x": 1.5, "y": None, "z": [1, {"k": True}], "_row": 3}]
+    refs = write_task_files([ShardTask("train", 1, 4, rows), ShardTask("test", 0, 1, [])], str(tmp_path))
+    assert [(r["split"], r["shard"], r["num_shards"], r["rows"]) for r in refs] == [("train", 1, 4, 2), ("test", 0, 1, 0)]
+    back = read_task(refs[0])
+    assert (back.split, back.shard, back.num_shards, back.rows) == ("train", 1, 4, rows)
+    assert read_task(refs[1]).rows == []
+
+
+def test_forked_workers_only_for_the_direct_runners_multi_process_mode():
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.local_workers import worker_count
+
+    assert worker_count(PipelineOptions(TWO_WORKERS)) == 2
+    assert worker_count(PipelineOptions(IN_PROCESS)) is None
+    assert worker_count(PipelineOptions(["--runner=FlinkRunner"])) is None
+    assert worker_count(PipelineOptions(["--runner=PrismRunner", "--direct_running_mode=multi_processing"])) is None
+    assert worker_count(PipelineOptions([*TWO_WORKERS, "--environment_type=EXTERNAL", "--environment_config=localhost:1"])) is None
+
+
+def test_cli_build_on_forked_workers_matches_one_in_process_worker(media, tmp_path):
+    """The CLI's two local workers are forked from the launcher (its log says so), and
+    give the same shards and rejected rows as one in-process worker; no ``_tasks/`` or
+    ``_shards/`` is left in the published version."""
+    _, config = media
+    run_build(_cfg(config, tmp_path / "a", "v1"), options(IN_PROCESS), progress=False)
+    log = tmp_path / "build.log"
+    run_cli("build", config, "--output", str(tmp_path / "b"), "--version", "v1", "--no-progress",
+            "--log-file", str(log), *TWO_WORKERS, check=True)
+    assert "forked 2 local SDK workers" in log.read_text()
+    a, b = str(tmp_path / "a" / "v1"), str(tmp_path / "b" / "v1")
+    assert _shard_bytes(a) and _shard_bytes(a) == _shard_bytes(b)
+    rejected = "rejected-00000-of-00001.jsonl"
+    with open(os.path.join(a, rejected), "rb") as fa, open(os.path.join(b, rejected), "rb") as fb:
+        assert fa.read() == fb.read()
+    assert sorted(os.listdir(b)) == sorted(os.listdir(a))
+    assert not os.path.exists(os.path.join(b, "_tasks")) and not os.path.exists(os.path.join(b, "_shards"))

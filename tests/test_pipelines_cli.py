@@ -16,6 +16,7 @@ from pipelines import dataset_dir
 from pipelines.build import run_build
 from pipelines.config import ConfigError, load_config
 from pipelines.demo_data import make_demo_media
+
 from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, options, run_cli
 
 
@@ -242,6 +243,7 @@ def test_shipped_configs_are_valid(tmp_path, monkeypatch):
     from pipelines.config import validate_config
     from pipelines.encoders_config import make_encoders
     from pipelines.options import beam_args
+
     from tests.pipeline_support import REPO
 
     datasets = sorted(_glob.glob(os.path.join(REPO, "configs", "datasets", "*.yaml")))

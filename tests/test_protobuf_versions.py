@@ -1,5 +1,5 @@
 """The generated ``tfrecord_io/proto/example_pb2.py`` under every protobuf major that
-``setup.py`` allows: the oldest allowed runtime (5.26.1, the gencode's own version) and
+``pyproject.toml`` allows: the oldest allowed runtime (5.26.1, the gencode's own version) and
 the newest 6.x and 7.x that PyPI serves.
 
 Each runtime is installed (once, cached under ``~/.cache/tfrecord-io/protobuf/``) into

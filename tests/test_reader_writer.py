@@ -11,7 +11,8 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tfrecord_io as tfio
 from tfrecord_io import iterator_utils

@@ -25,10 +25,11 @@ from pipelines.demo_data import make_demo_media
 from pipelines.report import run_report
 from pipelines.report_stats import hist_add, hist_merge, hist_new, hist_output
 from pipelines.validate import run_validate
-from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, options, run_cli
 from tfrecord_io.codec import parse_example
 from tfrecord_io.index import load_index
 from tfrecord_io.reader import tfrecord_iterator
+
+from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, options, run_cli
 
 DEMO_CLASSES = ["circle", "square", "triangle"]
 

@@ -21,18 +21,14 @@ Run: ``python -m pytest -m runners tests/test_runners.py`` (after scripts/fetch-
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 import random
-import shutil
 from collections import Counter
 from typing import Any, Dict, List, Tuple
 
+import apache_beam as beam
 import pytest
 import yaml
-
-import apache_beam as beam
 from apache_beam.io.restriction_trackers import OffsetRange
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions

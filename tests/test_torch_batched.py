@@ -14,11 +14,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from tfrecord_io import tfrecord_iterator
 from tfrecord_io.codec import parse_example
 from tfrecord_io.errors import CorruptRecordError, ExampleCodecError
 from tfrecord_io.torch import TFRecordBatchDataset, batch_tensor
 from tfrecord_io.writer import RecordWriter
-from tfrecord_io import tfrecord_iterator
 
 from tests.torch_data import corrupt_data_byte, example_bytes, record_offsets, write_examples
 

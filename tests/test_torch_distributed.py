@@ -93,8 +93,9 @@ dist.destroy_process_group()
 
 @pytest.mark.timeout(300)
 def test_two_rank_world_batched_and_built_dataset_reads(tmp_path):
-    from tests.torch_data import build_tiny_dataset
     from tfrecord_io import iter_dataset, select_dataset
+
+    from tests.torch_data import build_tiny_dataset
 
     path = str(tmp_path / "data.tfrecord")
     write_examples(path, range(400), index=True)

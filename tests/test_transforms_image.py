@@ -293,7 +293,7 @@ MODE_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4, "I;16": 1, "I": 1, "F": 1
 # A filesystem registered with Beam under its own scheme: paths like memtest://bucket/x
 # reach the encoder through tfrecord_io.files -> Beam's FileSystems, the same dispatch
 # gs:// or s3:// paths take (those services are not reachable from here).
-from apache_beam.io.filesystem import BeamIOError, FileMetadata, FileSystem, MatchResult  # noqa: E402
+from apache_beam.io.filesystem import BeamIOError, FileMetadata, FileSystem  # noqa: E402
 
 _MEM: dict = {}
 

@@ -72,7 +72,7 @@ def test_nfc_normalisation_and_strip():
 
 
 def test_invalid_utf8_rejected_with_offset_or_kept():
-    bad = "ok: ".encode() + b"\xff\xfe" + b" tail"
+    bad = b"ok: " + b"\xff\xfe" + b" tail"
     err = reject(bad, Text())
     assert err.stage == "decode" and "byte 4" in err.reason and "UTF-8" in err.reason
     feats, out = rt(bad, Text(on_invalid="keep"))
@@ -243,7 +243,8 @@ def test_plain_functions_do_not_import_beam():
 
     code = (
         "import sys, numpy as np\n"
-        "from transforms import Array, Int, Text, encode_row, decode_example, check_record, feature_specs, validate_files\n"
+        "from transforms import Array, Int, Text, encode_row, decode_example, check_record, feature_specs, "
+        "validate_files\n"
         "spec = {'a': Array(shape=(2,)), 'n': Int(), 't': Text()}\n"
         "rec = encode_row({'a': [1, 2], 'n': 3, 't': 'x'}, spec)\n"
         "assert decode_example(rec, spec)['n'] == 3 and check_record(rec, feature_specs(spec)) == []\n"

@@ -27,7 +27,7 @@ REPO = os.path.dirname(TESTS)
 GOLDEN = os.path.join(TESTS, "golden")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def manifest() -> Dict[str, Any]:
     with open(os.path.join(GOLDEN, "manifest.json"), encoding="utf-8") as f:
         return json.load(f)
@@ -83,7 +83,7 @@ def tf_env() -> Dict[str, str]:
     return env
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def find_tf_python() -> Optional[str]:
     """The first candidate interpreter that imports tensorflow, or None."""
     for py in _candidates():

@@ -106,6 +106,7 @@ def build_tiny_dataset(directory: str, rows: int = 150) -> str:
 
     from pipelines.build import run_build
     from pipelines.config import load_config
+
     from tests.pipeline_support import options
 
     rng = random.Random(0)

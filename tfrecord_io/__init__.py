@@ -13,6 +13,7 @@ from importlib import import_module
 from typing import Any
 
 from . import iterator_utils
+from ._version import __version__  # noqa: F401 - the package version
 from .codec import (
     build_example,
     build_sequence_example,
@@ -23,15 +24,15 @@ from .codec import (
     serialize_example,
     serialize_sequence_example,
 )
+from .dataset_reader import DatasetSelection, iter_dataset, select_dataset
 from .errors import (
     CorruptRecordError,
     ExampleCodecError,
     IndexFileError,
-    TFRecordError,
     RecordTooLargeError,
+    TFRecordError,
     TruncatedRecordError,
 )
-from .dataset_reader import DatasetSelection, iter_dataset, select_dataset
 from .framing import CorruptRegion, encode_frame
 from .index import RecordIndex, build_index, create_index, find_index, load_index
 from .reader import (
@@ -43,8 +44,6 @@ from .reader import (
     tfrecord_loader,
 )
 from .writer import RecordWriter, TFRecordWriter
-
-from ._version import __version__  # noqa: F401 - the package version
 
 # Beam-facing names, imported lazily so the format core works without Beam loaded.
 _LAZY = {

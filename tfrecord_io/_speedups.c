@@ -863,10 +863,85 @@ static uint8_t *write_item(uint8_t *w, const EncItem *it) {
     return w;
 }
 
+/* Classifies one datum entry into `it`: its key, kind, value and list size, the way
+ * codec.serialize_example would. 1 = handled here, 0 = leave the datum to Python. */
+static int classify_item(EncItem *it, PyObject *key, PyObject *raw, PyObject *type_map) {
+    if (!PyUnicode_Check(key)) return 0;
+    it->key = PyUnicode_AsUTF8AndSize(key, &it->klen);
+    if (!it->key) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *value = raw;
+    int kind = KIND_NONE;
+    if (PyTuple_Check(raw) && PyTuple_GET_SIZE(raw) == 2 && PyUnicode_Check(PyTuple_GET_ITEM(raw, 1))) {
+        /* only an exact str is looked up: that runs no Python code (__hash__, __eq__) */
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(raw, 1))) return 0;
+        PyObject *k = PyDict_GetItemWithError(type_map, PyTuple_GET_ITEM(raw, 1));
+        if (!k) {
+            PyErr_Clear();
+            return 0; /* other spellings, or a 2-tuple of values: Python decides */
+        }
+        kind = (int)PyLong_AsLong(k);
+        value = PyTuple_GET_ITEM(raw, 0);
+        if (PyList_Check(value) || PyTuple_Check(value)) {
+            it->is_seq = 1;
+        } else {
+            int sk = scalar_kind(value);
+            if (sk == KIND_NONE) return 0;
+            /* Python's rules: a str/bytes is not an int or float, an int may be a float */
+            if (kind == KIND_BYTES && sk != KIND_BYTES) return 0;
+            if (kind == KIND_INT64 && sk != KIND_INT64) return 0;
+            if (kind == KIND_FLOAT && sk == KIND_BYTES) return 0;
+        }
+    } else {
+        kind = infer_kind(raw, &it->is_seq);
+        if (kind == KIND_NONE) return 0;
+    }
+    if (kind < KIND_BYTES || kind > KIND_INT64) return 0;
+    it->kind = kind;
+    it->value = value;
+    return size_item(it);
+}
+
+/* Bytes of the Features message holding the sorted items; 0 = two equal keys (Python
+ * decides what that means). */
+static int features_size(const EncItem *items, Py_ssize_t count, size_t *features_len) {
+    size_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const EncItem *it = &items[i];
+        if (i && item_cmp(&items[i - 1], it) == 0) return 0;
+        size_t feature_len = 1 + varint_size(it->list_len) + it->list_len;
+        size_t entry_len = 1 + varint_size((uint64_t)it->klen) + (size_t)it->klen + 1 + varint_size(feature_len) + feature_len;
+        total += 1 + varint_size(entry_len) + entry_len;
+    }
+    *features_len = total;
+    return 1;
+}
+
+/* The serialised Example of the sorted items, whose Features message is features_len
+ * bytes; NULL with an exception set on failure. */
+static PyObject *write_example(const EncItem *items, Py_ssize_t count, size_t features_len) {
+    size_t total = 1 + varint_size(features_len) + features_len;
+    PyObject *result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!result) return NULL;
+    uint8_t *w = (uint8_t *)PyBytes_AS_STRING(result);
+    *w++ = 0x0A; /* Example.features */
+    w = put_varint(w, features_len);
+    for (Py_ssize_t i = 0; i < count; i++) w = write_item(w, &items[i]);
+    if ((size_t)(w - (uint8_t *)PyBytes_AS_STRING(result)) != total) {
+        Py_DECREF(result);
+        PyErr_SetString(PyExc_SystemError, "encode_example: size mismatch");
+        return NULL;
+    }
+    return result;
+}
+
 /* encode_example(datum, type_map) -> bytes | None
  * datum: {key: value or (value, type)}; type_map: {type spelling: kind number}.
  * Returns the bytes upb's deterministic serialisation gives, or None for any input
- * this function does not handle (NumPy values, bad types, ...): Python then does it. */
+ * this function does not handle (NumPy values, bad types, ...): Python then does it.
+ * Steps: classify every entry, sort by upb's map order, size, write. */
 static PyObject *py_encode_example(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyDict_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "encode_example(datum, type_map)");
@@ -880,66 +955,14 @@ static PyObject *py_encode_example(PyObject *self, PyObject *const *args, Py_ssi
     if (!items) return PyErr_NoMemory();
     PyObject *key, *raw, *result = NULL;
     Py_ssize_t pos = 0, i = 0;
+    size_t features_len;
     while (PyDict_Next(datum, &pos, &key, &raw)) {
         if (i >= count) goto fallback; /* cannot happen: no Python code runs in this loop */
-        EncItem *it = &items[i++];
-        if (!PyUnicode_Check(key)) goto fallback;
-        it->key = PyUnicode_AsUTF8AndSize(key, &it->klen);
-        if (!it->key) {
-            PyErr_Clear();
-            goto fallback;
-        }
-        PyObject *value = raw;
-        int kind = KIND_NONE;
-        if (PyTuple_Check(raw) && PyTuple_GET_SIZE(raw) == 2 && PyUnicode_Check(PyTuple_GET_ITEM(raw, 1))) {
-            /* only an exact str is looked up: that runs no Python code (__hash__, __eq__) */
-            if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(raw, 1))) goto fallback;
-            PyObject *k = PyDict_GetItemWithError(type_map, PyTuple_GET_ITEM(raw, 1));
-            if (!k) {
-                PyErr_Clear();
-                goto fallback; /* other spellings, or a 2-tuple of values: Python decides */
-            }
-            kind = (int)PyLong_AsLong(k);
-            value = PyTuple_GET_ITEM(raw, 0);
-            if (PyList_Check(value) || PyTuple_Check(value)) {
-                it->is_seq = 1;
-            } else {
-                int sk = scalar_kind(value);
-                if (sk == KIND_NONE) goto fallback;
-                /* Python's rules: a str/bytes is not an int or float, an int may be a float */
-                if (kind == KIND_BYTES && sk != KIND_BYTES) goto fallback;
-                if (kind == KIND_INT64 && sk != KIND_INT64) goto fallback;
-                if (kind == KIND_FLOAT && sk == KIND_BYTES) goto fallback;
-            }
-        } else {
-            kind = infer_kind(raw, &it->is_seq);
-            if (kind == KIND_NONE) goto fallback;
-        }
-        if (kind < KIND_BYTES || kind > KIND_INT64) goto fallback;
-        it->kind = kind;
-        it->value = value;
-        if (!size_item(it)) goto fallback;
+        if (!classify_item(&items[i++], key, raw, type_map)) goto fallback;
     }
     qsort(items, (size_t)count, sizeof(EncItem), item_cmp);
-    size_t features_len = 0;
-    for (i = 0; i < count; i++) {
-        const EncItem *it = &items[i];
-        if (i && item_cmp(&items[i - 1], it) == 0) goto fallback;
-        size_t feature_len = 1 + varint_size(it->list_len) + it->list_len;
-        size_t entry_len = 1 + varint_size((uint64_t)it->klen) + (size_t)it->klen + 1 + varint_size(feature_len) + feature_len;
-        features_len += 1 + varint_size(entry_len) + entry_len;
-    }
-    size_t total = 1 + varint_size(features_len) + features_len;
-    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
-    if (!result) goto done;
-    uint8_t *w = (uint8_t *)PyBytes_AS_STRING(result);
-    *w++ = 0x0A; /* Example.features */
-    w = put_varint(w, features_len);
-    for (i = 0; i < count; i++) w = write_item(w, &items[i]);
-    if ((size_t)(w - (uint8_t *)PyBytes_AS_STRING(result)) != total) {
-        Py_CLEAR(result);
-        PyErr_SetString(PyExc_SystemError, "encode_example: size mismatch");
-    }
+    if (!features_size(items, count, &features_len)) goto fallback;
+    result = write_example(items, count, features_len);
     goto done;
 fallback:
     result = Py_None;
@@ -967,6 +990,81 @@ typedef struct {
     const uint8_t *base; /* start of the record being parsed (spans mode) */
 } Column;
 
+/* Appends n bytes to b; -1 with MemoryError set if it cannot grow. */
+static inline int buf_append(Buf *b, const void *src, size_t n) {
+    if (buf_reserve(b, n) < 0) return -1;
+    memcpy(b->data + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+/* One element of a BytesList (wire type wt, body at *pp): a new bytes object in
+ * `strings`, or its (offset, length) span in col->values in spans mode. Returns the
+ * number of values (1), FEAT_ODD, or -2 on error. */
+static inline Py_ssize_t walk_bytes_value(const uint8_t **pp, const uint8_t *end, int wt, Column *col, PyObject *strings) {
+    const uint8_t *body;
+    size_t blen;
+    if (wt != 2 || !get_len(pp, end, &body, &blen)) return FEAT_ODD;
+    if (strings) {
+        PyObject *s = PyBytes_FromStringAndSize((const char *)body, (Py_ssize_t)blen);
+        if (!s) return -2;
+        int r = PyList_Append(strings, s);
+        Py_DECREF(s);
+        if (r < 0) return -2;
+    } else if (col && col->spans) {
+        int64_t span[2] = {(int64_t)(body - col->base), (int64_t)blen};
+        if (buf_append(&col->values, span, 16) < 0) return -2;
+    }
+    return 1;
+}
+
+/* One element of a FloatList: packed (wt 2) or a single fixed32 (wt 5). */
+static inline Py_ssize_t walk_float_value(const uint8_t **pp, const uint8_t *end, int wt, Column *col) {
+    if (wt == 2) {
+        const uint8_t *body;
+        size_t blen;
+        if (!get_len(pp, end, &body, &blen) || (blen & 3)) return FEAT_ODD;
+        if (col && buf_append(&col->values, body, blen) < 0) return -2;
+        return (Py_ssize_t)(blen / 4);
+    }
+    if (wt == 5) {
+        if (end - *pp < 4) return FEAT_ODD;
+        if (col && buf_append(&col->values, *pp, 4) < 0) return -2;
+        *pp += 4;
+        return 1;
+    }
+    return FEAT_ODD;
+}
+
+/* One element of an Int64List: packed varints (wt 2) or a single varint (wt 0). */
+static inline Py_ssize_t walk_int64_value(const uint8_t **pp, const uint8_t *end, int wt, Column *col) {
+    if (wt == 2) {
+        const uint8_t *body;
+        size_t blen;
+        if (!get_len(pp, end, &body, &blen)) return FEAT_ODD;
+        const uint8_t *q = body, *qend = body + blen;
+        if (col && buf_reserve(&col->values, 8 * blen) < 0) return -2; /* >= one byte per varint */
+        Py_ssize_t count = 0;
+        while (q < qend) {
+            uint64_t v;
+            if (!get_varint(&q, qend, &v)) return FEAT_ODD;
+            if (col) {
+                memcpy(col->values.data + col->values.len, &v, 8);
+                col->values.len += 8;
+            }
+            count++;
+        }
+        return count;
+    }
+    if (wt == 0) {
+        uint64_t v;
+        if (!get_varint(pp, end, &v)) return FEAT_ODD;
+        if (col && buf_append(&col->values, &v, 8) < 0) return -2;
+        return 1;
+    }
+    return FEAT_ODD;
+}
+
 /* Walks the list message of kind `kind` (body of a Feature field). With emit set, adds
  * values to col (numeric) or to the list `strings` (bytes). Returns the number of
  * values, or FEAT_ODD for anything to leave to upb. */
@@ -977,71 +1075,12 @@ static Py_ssize_t walk_list(int kind, const uint8_t *p, const uint8_t *end, Colu
         if (!get_varint(&p, end, &tag)) return FEAT_ODD;
         if ((tag >> 3) != 1) return FEAT_ODD; /* unknown field */
         int wt = (int)(tag & 7);
-        if (kind == KIND_BYTES) {
-            const uint8_t *body;
-            size_t blen;
-            if (wt != 2 || !get_len(&p, end, &body, &blen)) return FEAT_ODD;
-            if (strings) {
-                PyObject *s = PyBytes_FromStringAndSize((const char *)body, (Py_ssize_t)blen);
-                if (!s) return -2;
-                int r = PyList_Append(strings, s);
-                Py_DECREF(s);
-                if (r < 0) return -2;
-            } else if (col && col->spans) {
-                int64_t span[2] = {(int64_t)(body - col->base), (int64_t)blen};
-                if (buf_reserve(&col->values, 16) < 0) return -2;
-                memcpy(col->values.data + col->values.len, span, 16);
-                col->values.len += 16;
-            }
-            count++;
-        } else if (kind == KIND_FLOAT) {
-            if (wt == 2) {
-                const uint8_t *body;
-                size_t blen;
-                if (!get_len(&p, end, &body, &blen) || (blen & 3)) return FEAT_ODD;
-                if (col) {
-                    if (buf_reserve(&col->values, blen) < 0) return -2;
-                    memcpy(col->values.data + col->values.len, body, blen);
-                    col->values.len += blen;
-                }
-                count += (Py_ssize_t)(blen / 4);
-            } else if (wt == 5) {
-                if (end - p < 4) return FEAT_ODD;
-                if (col) {
-                    if (buf_reserve(&col->values, 4) < 0) return -2;
-                    memcpy(col->values.data + col->values.len, p, 4);
-                    col->values.len += 4;
-                }
-                p += 4;
-                count++;
-            } else return FEAT_ODD;
-        } else { /* int64 */
-            if (wt == 2) {
-                const uint8_t *body;
-                size_t blen;
-                if (!get_len(&p, end, &body, &blen)) return FEAT_ODD;
-                const uint8_t *q = body, *qend = body + blen;
-                if (col && buf_reserve(&col->values, 8 * blen) < 0) return -2;
-                while (q < qend) {
-                    uint64_t v;
-                    if (!get_varint(&q, qend, &v)) return FEAT_ODD;
-                    if (col) {
-                        memcpy(col->values.data + col->values.len, &v, 8);
-                        col->values.len += 8;
-                    }
-                    count++;
-                }
-            } else if (wt == 0) {
-                uint64_t v;
-                if (!get_varint(&p, end, &v)) return FEAT_ODD;
-                if (col) {
-                    if (buf_reserve(&col->values, 8) < 0) return -2;
-                    memcpy(col->values.data + col->values.len, &v, 8);
-                    col->values.len += 8;
-                }
-                count++;
-            } else return FEAT_ODD;
-        }
+        Py_ssize_t c;
+        if (kind == KIND_BYTES) c = walk_bytes_value(&p, end, wt, col, strings);
+        else if (kind == KIND_FLOAT) c = walk_float_value(&p, end, wt, col);
+        else c = walk_int64_value(&p, end, wt, col);
+        if (c < 0) return c;
+        count += c;
     }
     return count;
 }
@@ -1148,6 +1187,87 @@ static void free_columns(Column *cols, Py_ssize_t n) {
     PyMem_Free(cols);
 }
 
+/* Sets up one Column per wanted key: its key bytes, kind, and the output it fills.
+ * 0 = ok, -1 = error set (bad keys or kinds, no memory). */
+static int init_columns(Column *cols, PyObject *keys, PyObject *kinds, Py_ssize_t ncols, int spans, Py_ssize_t nrec) {
+    for (Py_ssize_t j = 0; j < ncols; j++) {
+        cols[j].keybytes = PySequence_Fast_GET_ITEM(keys, j);
+        cols[j].kind = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(kinds, j));
+        if (cols[j].kind == -1 && PyErr_Occurred()) return -1;
+        if (!PyBytes_Check(cols[j].keybytes) || cols[j].kind < KIND_BYTES || cols[j].kind > KIND_INT64) {
+            PyErr_SetString(PyExc_ValueError, "parse_examples: keys must be bytes and kinds 1, 2 or 3");
+            return -1;
+        }
+        cols[j].spans = spans && cols[j].kind == KIND_BYTES;
+        if (cols[j].kind == KIND_BYTES && !cols[j].spans) {
+            if (!(cols[j].column = PyList_New(0))) return -1;
+        } else if (buf_reserve(&cols[j].lengths, 8 * (size_t)(nrec ? nrec : 1)) < 0) return -1;
+    }
+    return 0;
+}
+
+/* Adds one record's values of the (found) feature of column c, whose record starts at
+ * base. 1 = ok, 0 = odd (use upb), -2 = error. */
+static int emit_column(Column *c, const uint8_t *base) {
+    PyObject *strings = NULL;
+    c->base = base;
+    if (c->kind == KIND_BYTES && !c->spans && !(strings = PyList_New(0))) return -2;
+    Py_ssize_t count;
+    int ok = 1;
+    int k = walk_feature(c->feat, c->feat_len, c, strings, &count);
+    if (k == -2) ok = -2;
+    else if (k < 0 || (k != KIND_NONE && k != c->kind)) ok = 0;
+    else if (c->kind == KIND_BYTES && !c->spans) {
+        if (PyList_Append(c->column, strings) < 0) ok = -2;
+    } else {
+        int64_t n64 = (int64_t)count;
+        memcpy(c->lengths.data + c->lengths.len, &n64, 8); /* reserved for every record */
+        c->lengths.len += 8;
+    }
+    Py_XDECREF(strings);
+    return ok;
+}
+
+/* Parses one record into the columns. 1 = ok, 0 = odd (a key missing, ...: use upb),
+ * -2 = error set. */
+static int parse_record(PyObject *record, Column *cols, Py_ssize_t ncols) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(record, &view, PyBUF_SIMPLE) < 0) return -2;
+    int ok = index_example((const uint8_t *)view.buf, (size_t)view.len, cols, ncols);
+    for (Py_ssize_t j = 0; ok == 1 && j < ncols; j++) {
+        ok = cols[j].found ? emit_column(&cols[j], (const uint8_t *)view.buf) : 0;
+    }
+    PyBuffer_Release(&view);
+    return ok;
+}
+
+/* The result list: per column its list of string lists, or (values, lengths) as
+ * bytearrays. The columns' lists are handed over. NULL with an error set on failure. */
+static PyObject *columns_result(Column *cols, Py_ssize_t ncols) {
+    PyObject *result = PyList_New(ncols);
+    if (!result) return NULL;
+    for (Py_ssize_t j = 0; j < ncols; j++) {
+        Column *c = &cols[j];
+        PyObject *item;
+        if (c->kind == KIND_BYTES && !c->spans) {
+            item = c->column;
+            c->column = NULL;
+        } else {
+            PyObject *v = PyByteArray_FromStringAndSize((const char *)c->values.data, (Py_ssize_t)c->values.len);
+            PyObject *l = v ? PyByteArray_FromStringAndSize((const char *)c->lengths.data, (Py_ssize_t)c->lengths.len) : NULL;
+            item = l ? PyTuple_Pack(2, v, l) : NULL;
+            Py_XDECREF(v);
+            Py_XDECREF(l);
+        }
+        if (!item) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyList_SET_ITEM(result, j, item);
+    }
+    return result;
+}
+
 /* parse_examples(records, keys, kinds[, spans]) -> list | None
  * records: sequence of bytes-like serialized Examples; keys: sequence of bytes (UTF-8
  * feature names); kinds: sequence of KIND_* (1 bytes, 2 float, 3 int64).
@@ -1155,8 +1275,10 @@ static void free_columns(Column *cols, Py_ssize_t n) {
  * float32/int64 values and int64 counts per record; for bytes a list with, per record,
  * the list of its byte strings, or with spans true (values, lengths) where values holds
  * an int64 (offset, length) pair per string, its place in its record: no copy of the
- * strings, for callers that slice the records themselves (large images, audio). None when any record has something this parser leaves
- * to upb: a missing key, a type other than the described one, unknown fields, ... */
+ * strings, for callers that slice the records themselves (large images, audio).
+ * None when any record has something this parser leaves to upb: a missing key, a type
+ * other than the described one, unknown fields, ...
+ * Steps: set up the columns, parse every record into them, hand them over. */
 static PyObject *py_parse_examples(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3 && nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "parse_examples(records, keys, kinds[, spans])");
@@ -1186,49 +1308,9 @@ static PyObject *py_parse_examples(PyObject *self, PyObject *const *args, Py_ssi
         goto done;
     }
     Py_ssize_t nrec = PySequence_Fast_GET_SIZE(recs);
-    for (Py_ssize_t j = 0; j < ncols; j++) {
-        cols[j].keybytes = PySequence_Fast_GET_ITEM(keys, j);
-        cols[j].kind = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(kinds, j));
-        if (cols[j].kind == -1 && PyErr_Occurred()) goto done;
-        if (!PyBytes_Check(cols[j].keybytes) || cols[j].kind < KIND_BYTES || cols[j].kind > KIND_INT64) {
-            PyErr_SetString(PyExc_ValueError, "parse_examples: keys must be bytes and kinds 1, 2 or 3");
-            goto done;
-        }
-        cols[j].spans = spans && cols[j].kind == KIND_BYTES;
-        if (cols[j].kind == KIND_BYTES && !cols[j].spans) {
-            if (!(cols[j].column = PyList_New(0))) goto done;
-        } else if (buf_reserve(&cols[j].lengths, 8 * (size_t)(nrec ? nrec : 1)) < 0) goto done;
-    }
+    if (init_columns(cols, keys, kinds, ncols, spans, nrec) < 0) goto done;
     for (Py_ssize_t i = 0; i < nrec; i++) {
-        Py_buffer view;
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(recs, i), &view, PyBUF_SIMPLE) < 0) goto done;
-        int ok = index_example((const uint8_t *)view.buf, (size_t)view.len, cols, ncols);
-        for (Py_ssize_t j = 0; ok == 1 && j < ncols; j++) {
-            Column *c = &cols[j];
-            if (!c->found) {
-                ok = 0;
-                break;
-            }
-            PyObject *strings = NULL;
-            c->base = (const uint8_t *)view.buf;
-            if (c->kind == KIND_BYTES && !c->spans && !(strings = PyList_New(0))) {
-                ok = -2;
-                break;
-            }
-            Py_ssize_t count;
-            int k = walk_feature(c->feat, c->feat_len, c, strings, &count);
-            if (k == -2) ok = -2;
-            else if (k < 0 || (k != KIND_NONE && k != c->kind)) ok = 0;
-            else if (c->kind == KIND_BYTES && !c->spans) {
-                if (PyList_Append(c->column, strings) < 0) ok = -2;
-            } else {
-                int64_t n64 = (int64_t)count;
-                memcpy(c->lengths.data + c->lengths.len, &n64, 8);
-                c->lengths.len += 8;
-            }
-            Py_XDECREF(strings);
-        }
-        PyBuffer_Release(&view);
+        int ok = parse_record(PySequence_Fast_GET_ITEM(recs, i), cols, ncols);
         if (ok == -2) goto done;
         if (ok == 0) {
             result = Py_None;
@@ -1236,27 +1318,7 @@ static PyObject *py_parse_examples(PyObject *self, PyObject *const *args, Py_ssi
             goto done;
         }
     }
-    result = PyList_New(ncols);
-    if (!result) goto done;
-    for (Py_ssize_t j = 0; j < ncols; j++) {
-        Column *c = &cols[j];
-        PyObject *item;
-        if (c->kind == KIND_BYTES && !c->spans) {
-            item = c->column;
-            c->column = NULL;
-        } else {
-            PyObject *v = PyByteArray_FromStringAndSize((const char *)c->values.data, (Py_ssize_t)c->values.len);
-            PyObject *l = v ? PyByteArray_FromStringAndSize((const char *)c->lengths.data, (Py_ssize_t)c->lengths.len) : NULL;
-            item = l ? PyTuple_Pack(2, v, l) : NULL;
-            Py_XDECREF(v);
-            Py_XDECREF(l);
-        }
-        if (!item) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        PyList_SET_ITEM(result, j, item);
-    }
+    result = columns_result(cols, ncols);
 done:
     if (cols) free_columns(cols, ncols);
     Py_XDECREF(kinds);

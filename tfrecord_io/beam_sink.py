@@ -42,10 +42,11 @@ from . import files
 from .beam_source import METRICS_NAMESPACE  # one namespace for the package's Beam metrics
 from .crc import crc32c
 from .framing import FRAME_OVERHEAD
+from .index import INDEX_SUFFIX as INDEX_SUFFIX  # was defined here; still importable from here
+from .index import index_path_for
 from .writer import RecordWriter
 
 DEFAULT_SHARD_NAME_TEMPLATE = "-SSSSS-of-NNNNN"
-INDEX_SUFFIX = ".index"
 _FLUSH_RECORDS = 4096  # records buffered per shard before a bundle hands them on
 _FLUSH_BYTES = 16 << 20
 
@@ -75,11 +76,11 @@ def shard_name(prefix: str, suffix: str, template: str, shard: int, num_shards: 
     return f"{prefix}{name}{suffix}"
 
 
-def _shard_regex(prefix: str, suffix: str, template: str) -> "re.Pattern[str]":
+def _shard_regex(prefix: str, suffix: str, template: str) -> re.Pattern[str]:
     parts = []
     for piece in re.split(r"(S+|N+)", template):
         if piece and piece[0] in "SN" and set(piece) == {piece[0]}:
-            parts.append(r"\d{%d,}" % len(piece))
+            parts.append(rf"\d{{{len(piece)},}}")
         else:
             parts.append(re.escape(piece))
     return re.compile(re.escape(prefix) + "".join(parts) + re.escape(suffix) + r"\Z")
@@ -106,7 +107,7 @@ def _ensure_dir(path: str) -> None:
     if files.is_remote(path):
         try:
             FileSystems.mkdirs(path)
-        except IOError:
+        except OSError:
             pass  # object stores have no directories; "exists" is fine
         return
     os.makedirs(path, exist_ok=True)
@@ -123,7 +124,7 @@ class _WriteSpec:
     def open(self, name: str) -> Tuple[RecordWriter, str, Optional[str]]:
         _ensure_dir(self.temp_dir)
         path = FileSystems.join(self.temp_dir, name)
-        index_path = path + INDEX_SUFFIX if self.write_index else None
+        index_path = index_path_for(path) if self.write_index else None
         return RecordWriter(path, self.compression, index_path=index_path), path, index_path
 
     def result(self, writer: RecordWriter, path: str, index_path: Optional[str], key: Any) -> Dict[str, Any]:
@@ -312,17 +313,17 @@ def _finalize(
     outputs = []
     for number, result in enumerate(results):
         final = shard_name(prefix, suffix, template, number, total)
-        final_index = final + INDEX_SUFFIX if result["temp_index_path"] else None
+        final_index = index_path_for(final) if result["temp_index_path"] else None
         if final_index:
             _rename(result["temp_index_path"], final_index)
-        elif FileSystems.exists(final + INDEX_SUFFIX):  # an old index must not describe new data
-            FileSystems.delete([final + INDEX_SUFFIX])
+        elif FileSystems.exists(index_path_for(final)):  # an old index must not describe new data
+            FileSystems.delete([index_path_for(final)])
         _rename(result["temp_path"], final)
         outputs.append({"path": final, "index_path": final_index, "records": result["records"], "bytes": result["bytes"]})
     keep = {o["path"] for o in outputs}
     stale = [p for p in _existing_shards(prefix, suffix, template) if p not in keep]
     for path in stale:
-        doomed = [path] + [path + INDEX_SUFFIX] * FileSystems.exists(path + INDEX_SUFFIX)
+        doomed = [path] + [index_path_for(path)] * FileSystems.exists(index_path_for(path))
         FileSystems.delete(doomed)
     if FileSystems.exists(spec.temp_dir):
         FileSystems.delete([spec.temp_dir])

@@ -208,7 +208,7 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
                 value: Any = parse_example(data, self._description)
             except ExampleCodecError as err:
                 raise ExampleCodecError(f"record is not a valid Example: {err.reason}", path, offset) from None
-            except Exception as err:  # protobuf's DecodeError
+            except Exception as err:  # noqa: BLE001 - anything else the description's conversion raises fails with the record's place
                 raise ExampleCodecError(f"record is not a valid Example: {err}", path, offset) from None
         elif self._raw_bytes:
             value = bytes(data)
@@ -496,7 +496,7 @@ class _ToFileElements(beam.DoFn):
         return (meta.path, int(meta.size_in_bytes), kind)
 
 
-def _is_sidecar(path: str, matched: "set[str]") -> bool:
+def _is_sidecar(path: str, matched: set[str]) -> bool:
     """Is ``path`` the index of a file that is also in ``matched`` (or beside it)?"""
     stem, ext = os.path.splitext(path)
     if ext not in INDEX_SUFFIXES:
@@ -646,7 +646,7 @@ class ReadFromTFRecord(beam.PTransform):
         if validate:
             result = FileSystems.match([file_pattern])[0]
             if not result.metadata_list:
-                raise IOError(f"No files found based on the file pattern {file_pattern}")
+                raise OSError(f"No files found based on the file pattern {file_pattern}")
         self._read_all = ReadAllFromTFRecord(
             coder,
             compression_type,

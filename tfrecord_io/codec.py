@@ -17,13 +17,14 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from .errors import ExampleCodecError
 from .proto.example_pb2 import Example, Feature, Features, SequenceExample
 
 try:  # compiled encoder/parser: same results as upb, or None to send the input to upb
-    from ._speedups import encode_example as _encode_example  # type: ignore[attr-defined]
-    from ._speedups import parse_examples as _parse_examples  # type: ignore[attr-defined]
+    from ._speedups import encode_example as _encode_example
+    from ._speedups import parse_examples as _parse_examples
 except ImportError:  # pragma: no cover - exercised when the extension is absent
     _encode_example = None
     _parse_examples = None
@@ -259,11 +260,11 @@ def feature_to_numpy(feature: Feature, key: str = "?", expected: Optional[str] =
             f"feature {key!r} is stored as {kind} but the description says {expected}"
         )
     if kind == INT64:
-        values = feature.int64_list.value
-        return np.fromiter(values, dtype=np.int64, count=len(values))
+        ints = feature.int64_list.value
+        return np.fromiter(ints, dtype=np.int64, count=len(ints))
     if kind == FLOAT:
-        values = feature.float_list.value
-        return np.fromiter(values, dtype=np.float32, count=len(values))
+        floats = feature.float_list.value
+        return np.fromiter(floats, dtype=np.float32, count=len(floats))
     values = feature.bytes_list.value
     if len(values) == 1:
         return values[0]
@@ -303,7 +304,7 @@ def parse_example(data, description: Description = None) -> Dict[str, Any]:
     example = Example()
     try:
         example.ParseFromString(data)
-    except Exception as err:  # upb raises DecodeError; keep the message readable
+    except DecodeError as err:  # what protobuf raises for bytes that do not parse
         raise ExampleCodecError(f"not a valid tf.train.Example: {err}") from None
     return features_to_dict(example.features, description)
 
@@ -318,7 +319,7 @@ def parse_sequence_example(
     seq = SequenceExample()
     try:
         seq.ParseFromString(data)
-    except Exception as err:
+    except DecodeError as err:
         raise ExampleCodecError(f"not a valid tf.train.SequenceExample: {err}") from None
     context = features_to_dict(seq.context, context_description, "context")
     fl = seq.feature_lists.feature_list
@@ -341,7 +342,7 @@ def infer_description(data) -> Dict[str, str]:
     example = Example()
     try:
         example.ParseFromString(data)
-    except Exception as err:
+    except DecodeError as err:
         raise ExampleCodecError(f"not a valid tf.train.Example: {err}") from None
     names = {BYTES: "byte", FLOAT: "float", INT64: "int"}
     return {
@@ -359,7 +360,7 @@ def _fast_columns(
     if _parse_examples is None or not wanted or any(kind is None for _, kind in wanted):
         return None
     keys = [k.encode("utf-8", "surrogatepass") for k, _ in wanted]  # never a match if not UTF-8
-    kinds = [_KIND_CODES[k] for _, k in wanted]
+    kinds = [_KIND_CODES[k] for _, k in wanted if k is not None]  # all of them (checked above)
     return _parse_examples(records, keys, kinds, True) if spans else _parse_examples(records, keys, kinds)
 
 
@@ -395,7 +396,7 @@ def _parse_examples_fast(records: Sequence, description: Description) -> Optiona
         return None
     n = len(records)
     per_key: List[Any] = []
-    for (key, kind), col in zip(wanted or [], cols):
+    for (_key, kind), col in zip(wanted or [], cols):
         if kind == BYTES:
             per_key.append([v[0] if len(v) == 1 else _object_array(v) for v in col])
             continue
@@ -464,7 +465,7 @@ def parse_examples_batch(
         example.Clear()
         try:
             example.ParseFromString(data)
-        except Exception as err:
+        except DecodeError as err:
             raise ExampleCodecError(f"not a valid tf.train.Example: {err}") from None
         fmap = example.features.feature
         for key, kind in wanted:

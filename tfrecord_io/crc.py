@@ -35,7 +35,7 @@ def _masked_crc32c_py(data) -> int:
 
 
 try:  # one C call instead of a C call plus Python integer arithmetic per record
-    from ._speedups import masked_crc32c  # type: ignore[attr-defined]
+    from ._speedups import masked_crc32c
 except ImportError:  # pragma: no cover - exercised when the extension is absent
     masked_crc32c = _masked_crc32c_py
 

@@ -28,6 +28,7 @@ from .index import find_index
 from .sharding import FileInfo, Piece, describe_file, plan_shard, read_piece
 from .splits import SplitRange, resolve_split
 
+
 @dataclass(frozen=True)
 class DatasetSelection:
     """What a split selection of a built dataset reads (see the module doc)."""

@@ -11,7 +11,7 @@ import gzip
 import io
 import os
 import zlib
-from typing import BinaryIO, Dict, List, Optional, Tuple
+from typing import BinaryIO, Dict, List, Optional, Tuple, cast
 
 from .errors import TFRecordError
 
@@ -64,7 +64,7 @@ def is_remote(path: str) -> bool:
 def _beam_filesystems():
     try:
         from apache_beam.io.filesystems import FileSystems
-    except ImportError as err:  # pragma: no cover - Beam is a hard dependency in setup.py
+    except ImportError as err:  # pragma: no cover - Beam is a hard dependency (pyproject.toml)
         raise TFRecordError(
             "remote paths need Apache Beam's FileSystems: pip install apache-beam[gcp|aws|...]"
         ) from err
@@ -78,14 +78,16 @@ def _local(path: str) -> str:
 
 def open_raw(path: str, mode: str = "rb") -> BinaryIO:
     """Open the bytes of ``path`` as stored (no decompression)."""
+    # The casts here and below: io's file classes are binary files, but not typing.BinaryIO
+    # to a type checker.
     if is_remote(path):
         from apache_beam.io.filesystem import CompressionTypes
 
         fs = _beam_filesystems()
         if "r" in mode:
             return fs.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-        return _EmptySafeWriter(fs.create(path, compression_type=CompressionTypes.UNCOMPRESSED))
-    return open(_local(path), mode)
+        return cast(BinaryIO, _EmptySafeWriter(fs.create(path, compression_type=CompressionTypes.UNCOMPRESSED)))
+    return cast(BinaryIO, open(_local(path), mode))
 
 
 class _EmptySafeWriter(io.RawIOBase):
@@ -223,16 +225,23 @@ def write_bytes(path: str, data: bytes, create_dirs: bool = True) -> None:
     if create_dirs:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = temp_path_beside(path)
+    unnamed: Optional[OSError] = None
     try:
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise
+        if not (isinstance(err, OSError) and err.errno and not err.filename):
+            raise
+        unnamed = err
+    if unnamed is not None:
+        # a failed write or fsync says only "No space left on device": name the file
+        # (raised outside the handler, so the error's chain ends with the named one)
+        raise OSError(unnamed.errno, unnamed.strerror, path)
 
 
 def delete(paths: List[str]) -> None:
@@ -261,7 +270,7 @@ def list_prefix(prefix: str) -> List[str]:
     """Every file under ``prefix`` (a directory or key prefix), sorted."""
     if is_remote(prefix):
         return glob(str(prefix).rstrip("/") + "/**")
-    out = []
+    out: List[str] = []
     for dirpath, _dirs, names in os.walk(_local(prefix)):
         out.extend(os.path.join(dirpath, n) for n in names)
     return sorted(out)
@@ -388,9 +397,9 @@ def open_read(path: str, compression_type: Optional[str] = None) -> BinaryIO:
     kind = normalize_compression(compression_type, path)
     raw = open_raw(path, "rb")
     if kind == GZIP:
-        return _OwningGzipFile(raw, "rb")
+        return cast(BinaryIO, _OwningGzipFile(raw, "rb"))
     if kind == ZLIB:
-        return ZlibReader(raw)
+        return cast(BinaryIO, ZlibReader(raw))
     return raw
 
 
@@ -422,7 +431,7 @@ def open_write(path: str, compression_type: Optional[str] = None) -> BinaryIO:
     kind = normalize_compression(compression_type, path)
     raw = open_raw(path, "wb")
     if kind == GZIP:
-        return _OwningGzipFile(raw, "wb")
+        return cast(BinaryIO, _OwningGzipFile(raw, "wb"))
     if kind == ZLIB:
-        return ZlibWriter(raw)
+        return cast(BinaryIO, ZlibWriter(raw))
     return raw

@@ -30,12 +30,12 @@ import gzip
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterator, List, Optional, Tuple, Union
+from typing import Any, BinaryIO, Iterator, List, Literal, Optional, Protocol, Tuple, Union, overload
 
 import numpy as np
 
 from .crc import masked_crc32c
-from .errors import CorruptRecordError, RecordTooLargeError, TruncatedRecordError
+from .errors import CorruptRecordError, RecordTooLargeError, TFRecordError, TruncatedRecordError
 
 HEADER_SIZE = 12
 FOOTER_SIZE = 4
@@ -125,8 +125,8 @@ def _scan_frames_py(
 
 
 try:  # the compiled scanner, when setup.py could build it
-    from ._speedups import scan_frames as _scan_frames  # type: ignore[attr-defined]
-    from ._speedups import RecordScanner as _RecordScanner  # type: ignore[attr-defined]
+    from ._speedups import RecordScanner as _RecordScanner
+    from ._speedups import scan_frames as _scan_frames
 
     HAVE_SPEEDUPS = True
 except ImportError:  # pragma: no cover - exercised when the extension is absent
@@ -159,6 +159,13 @@ def length_crc_ok(buf, pos: int = 0) -> bool:
     return masked_crc32c(memoryview(buf)[pos : pos + 8]) == CRC_FIELD.unpack_from(buf, pos + 8)[0]
 
 
+class ByteStream(Protocol):
+    """What :class:`FrameStream` reads: any object with ``read(n)`` (a file, a Beam
+    file, a decompressor, a memory map's view); ``readinto`` is used when it has one."""
+
+    def read(self, size: int = -1, /) -> Union[bytes, memoryview]: ...
+
+
 class FrameStream:
     """A buffered reader of frames from a binary stream, tracking file offsets.
 
@@ -168,7 +175,7 @@ class FrameStream:
 
     def __init__(
         self,
-        stream: BinaryIO,
+        stream: ByteStream,
         *,
         path: str = "<stream>",
         offset: int = 0,
@@ -322,7 +329,7 @@ class FrameStream:
             offset,
         )
 
-    def _error(self, status: int, pos: int) -> Exception:
+    def _error(self, status: int, pos: int) -> TFRecordError:
         off = self._base + pos
         if status == TOO_LARGE:
             length = LENGTH_FIELD.unpack_from(self._buf, pos)[0]
@@ -347,7 +354,7 @@ class FrameStream:
             f"corrupt record data: the {length} data bytes do not match their CRC32C", self.path, off
         )
 
-    def _check_incomplete(self) -> Optional[Exception]:
+    def _check_incomplete(self) -> Optional[TFRecordError]:
         """At NEED_MORE: fetch the rest of the frame at the current position.
 
         Returns None when the frame is now complete (or the file ended cleanly
@@ -388,6 +395,16 @@ class FrameStream:
 
     def at_end(self) -> bool:
         return not self._fill(1)
+
+    @overload
+    def frames(
+        self, stop: Optional[int] = None, report_corrupt: Literal[False] = False
+    ) -> Iterator[Tuple[int, memoryview]]: ...
+
+    @overload
+    def frames(
+        self, stop: Optional[int] = None, report_corrupt: bool = False
+    ) -> Iterator[Tuple[int, Union[memoryview, CorruptRegion]]]: ...
 
     def frames(
         self, stop: Optional[int] = None, report_corrupt: bool = False
@@ -517,7 +534,7 @@ def check_max_record_bytes(value: Optional[int]) -> Optional[int]:
     return int(value)
 
 
-def _candidates(buf: bytes, pos: int, last: int, base: int, size: Optional[int]) -> Iterator[int]:
+def _candidates(buf: Union[bytes, bytearray], pos: int, last: int, base: int, size: Optional[int]) -> Iterator[int]:
     """Positions p in ``[pos, last]`` whose 8-byte length field could be true and
     whose length CRC matches.
 

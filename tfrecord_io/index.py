@@ -21,6 +21,14 @@ from .framing import FRAME_OVERHEAD, FrameStream
 
 # Suffixes of the index sidecars find_index looks for; readers that expand globs skip them.
 INDEX_SUFFIXES = (".index", ".idx", ".tfindex")
+# The one this package writes, beside its data file: x.tfrecord -> x.tfrecord.index.
+INDEX_SUFFIX = ".index"
+
+
+def index_path_for(data_path: str) -> str:
+    """Where the index of ``data_path`` is written (the sink, the build job, ``tfrecord-io
+    index``): ``x.tfrecord.index``, the first name :func:`find_index` looks for."""
+    return data_path + INDEX_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -120,7 +128,7 @@ def build_index(data_path: str, compression_type: Optional[str] = None) -> Recor
 
 
 def _sniff_compression(data_path: str) -> str:
-    """"GZIP"/"ZLIB" when the file starts with that header, else "" (used only to
+    """``"GZIP"`` / ``"ZLIB"`` when the file starts with that header, else ``""`` (used only to
     explain why a file whose first record is unreadable cannot be indexed)."""
     with files.open_raw(data_path, "rb") as f:
         head = f.read(2)
@@ -157,12 +165,14 @@ def find_index(data_path: str) -> Optional[str]:
 
 
 __all__ = [
+    "INDEX_SUFFIX",
     "INDEX_SUFFIXES",
     "RecordIndex",
     "TFRecordError",
     "build_index",
     "create_index",
     "find_index",
+    "index_path_for",
     "load_index",
     "parse_index",
     "write_index_atomic",

@@ -34,7 +34,6 @@ from .index import RecordIndex, build_index, find_index, load_index
 from .reader import read_records
 
 
-
 def decode_frame(frame, path: str = "<buffer>", offset: int = 0, check_crc: bool = True) -> memoryview:
     """The data of one whole frame (header + data + footer, nothing more), checked.
 
@@ -142,7 +141,7 @@ def scan_mapped(
     stream = FrameStream(
         _MappedReader(view, start), path=path, offset=start, size=size, chunk_size=size, check_crc=check_crc
     )
-    yield from stream.frames(stop=end)  # type: ignore[misc]
+    yield from stream.frames(stop=end)
 
 
 def _open_indexed(path: str, need: int) -> Tuple[Optional[memoryview], Any]:

@@ -15,8 +15,8 @@ once (one buffer of its size; the views handed out point into it).
 
 from __future__ import annotations
 
-from operator import itemgetter
 from collections import deque
+from operator import itemgetter
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import files, iterator_utils
@@ -150,7 +150,7 @@ def _offset_records(
     kind = files.normalize_compression(compression_type, data_path)
     limit = {"check_crc": check_crc, "max_record_bytes": max_record_bytes}
     if shard is None:
-        yield from read_records(data_path, compression_type=kind, **limit)  # type: ignore[misc]
+        yield from read_records(data_path, compression_type=kind, **limit)  # type: ignore[misc, arg-type]
         return
     i, n = shard
     if kind:
@@ -169,7 +169,7 @@ def _offset_records(
     start, end = shard_range(data_path, shard, index)
     if end is not None and end <= start:
         return
-    yield from read_records(data_path, start, end, index=index, **limit)  # type: ignore[misc]
+    yield from read_records(data_path, start, end, index=index, **limit)  # type: ignore[misc, arg-type]
 
 
 def _parsed_with_location(

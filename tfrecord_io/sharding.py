@@ -54,7 +54,7 @@ class FileInfo:
             return None
         return (len(self.index) if self.last is None else self.last) - self.first
 
-    def with_records(self, first: int, last: int) -> "FileInfo":
+    def with_records(self, first: int, last: int) -> FileInfo:
         """This file restricted to records ``first`` .. ``last - 1`` (by its index)."""
         if self.index is None or self.compression:
             raise IndexFileError("reading part of a file by record number needs a plain file with an index", self.path)

@@ -13,16 +13,16 @@ from __future__ import annotations
 import os
 from typing import Any, List, Mapping, Optional
 
+import numpy as np
+
 from . import files
 from .codec import serialize_example, serialize_sequence_example
 from .crc import masked_crc32c
-from .index import RecordIndex, write_index_atomic
 from .framing import CRC_FIELD, FRAME_OVERHEAD, LENGTH_FIELD, encode_frame
-
-import numpy as np
+from .index import RecordIndex, write_index_atomic
 
 try:  # one C call frames a whole batch (CRCs included) into one buffer
-    from ._speedups import encode_frames as _encode_frames  # type: ignore[attr-defined]
+    from ._speedups import encode_frames as _encode_frames
 except ImportError:  # pragma: no cover - exercised when the extension is absent
     _encode_frames = None
 
@@ -81,7 +81,7 @@ class RecordWriter:
             self.records_written += len(batch)
             return
         pack_len, pack_crc, crc = LENGTH_FIELD.pack, CRC_FIELD.pack, masked_crc32c
-        parts = []
+        parts: List[bytes] = []
         pos = self._position
         offsets = self._offsets if self._index_path else None
         count = 0

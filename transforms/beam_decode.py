@@ -13,9 +13,9 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from .decoders import ExampleDecoder, decode_sequence_example
-from .rows import check_spec
 from .encoders.base import Encoder
 from .encoders.sequence import SequenceEncoder
+from .rows import check_spec
 
 NAMESPACE = "transforms.decode"
 

@@ -59,7 +59,7 @@ def check_record(data, specs: Sequence[FeatureSpec]) -> List[str]:
         seq = SequenceExample()
         try:
             seq.ParseFromString(data)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - an unparsable record is a finding of the check
             return [f"not a valid tf.train.SequenceExample: {err}"]
         problems = _check_map(seq.context.feature, [s for s in specs if not s.sequence], "context feature")
         lists = seq.feature_lists.feature_list
@@ -77,7 +77,7 @@ def check_record(data, specs: Sequence[FeatureSpec]) -> List[str]:
     example = Example()
     try:
         example.ParseFromString(data)
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:  # noqa: BLE001 - an unparsable record is a finding of the check
         return [f"not a valid tf.train.Example: {err}"]
     return _check_map(example.features.feature, specs, "feature")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Dict, List, Mapping, Optional
 
-from tfrecord_io.codec import feature_to_numpy, TYPE_NAMES
+from tfrecord_io.codec import TYPE_NAMES, feature_to_numpy
 from tfrecord_io.proto.example_pb2 import Example, SequenceExample
 
 from .encoders.audio import AudioData
@@ -26,7 +26,7 @@ class DecodeError(EncodeError):
     def __init__(self, stage: str = "decode", reason: str = "", column: Optional[str] = None):
         super().__init__(stage, reason, column)
 
-    def with_column(self, column: str) -> "DecodeError":
+    def with_column(self, column: str) -> DecodeError:
         return DecodeError(self.stage, self.reason, column)
 
 
@@ -62,7 +62,7 @@ def _decode_columns(fmap, spec: Mapping[str, Any]) -> Dict[str, Any]:
             out[column] = enc.decode(feats, column)
         except EncodeError as err:
             raise DecodeError("decode", err.reason, column) from None
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - a decoder bug or odd value fails this row, with its column
             raise DecodeError("decode", f"{type(err).__name__}: {err}", column) from None
     return out
 
@@ -72,7 +72,7 @@ def decode_example(data, spec: Mapping[str, Any]) -> Dict[str, Any]:
     example = Example()
     try:
         example.ParseFromString(data)
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:  # noqa: BLE001 - any parse failure is this record's DecodeError
         raise DecodeError("decode", f"not a valid tf.train.Example: {err}") from None
     return _decode_columns(example.features.feature, spec)
 
@@ -82,7 +82,7 @@ def decode_sequence_example(data, context: Optional[Mapping[str, Any]], sequence
     seq = SequenceExample()
     try:
         seq.ParseFromString(data)
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:  # noqa: BLE001 - any parse failure is this record's DecodeError
         raise DecodeError("decode", f"not a valid tf.train.SequenceExample: {err}") from None
     out = _decode_columns(seq.context.feature, context or {})
     fmap = seq.context.feature
@@ -102,7 +102,7 @@ def decode_sequence_example(data, context: Optional[Mapping[str, Any]], sequence
             out[column] = enc.decode(ctx, lists, column) if lists else None
         except EncodeError as err:
             raise DecodeError("decode", err.reason, column) from None
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - a decoder bug or odd value fails this row, with its column
             raise DecodeError("decode", f"{type(err).__name__}: {err}", column) from None
     return out
 

@@ -36,7 +36,7 @@ class EncodeError(ValueError):
         where = f"column {self.column!r}, " if self.column is not None else ""
         return f"{where}stage {self.stage}: {self.reason}"
 
-    def with_column(self, column: str) -> "EncodeError":
+    def with_column(self, column: str) -> EncodeError:
         """The same error, naming the column (encoders do not know their column)."""
         return EncodeError(self.stage, self.reason, column)
 

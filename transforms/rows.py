@@ -75,7 +75,7 @@ def encode_row(row: Mapping[str, Any], spec: Spec) -> bytes:
     features = _encode_columns(row, spec)
     try:
         return serialize_example(features)
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:  # noqa: BLE001 - any failure to serialise is this row's EncodeError
         raise EncodeError("encode", f"cannot build the Example: {err}") from None
 
 
@@ -99,13 +99,13 @@ def encode_sequence_row(
             c, fl = enc.encode(value, column)
         except EncodeError as err:
             raise err.with_column(column) from None
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - an encoder bug or odd value rejects the row, with its column
             raise EncodeError("encode", f"{type(err).__name__}: {err}", column) from None
         ctx.update(c)
         lists.update(fl)
     try:
         return serialize_sequence_example(ctx, lists)
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:  # noqa: BLE001 - any failure to serialise is this row's EncodeError
         raise EncodeError("encode", f"cannot build the SequenceExample: {err}") from None
 
 

@@ -61,7 +61,7 @@ class FeatureSpec:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "FeatureSpec":
+    def from_dict(cls, data: Mapping[str, Any]) -> FeatureSpec:
         data = dict(data)
         if data.get("shape") is not None:
             data["shape"] = tuple(data["shape"])

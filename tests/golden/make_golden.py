@@ -24,13 +24,13 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 BINARY = bytes(range(256))
-UNICODE = "ünïcødé, 例子, пример, 🙂".encode("utf-8")
+UNICODE = "ünïcødé, 例子, пример, 🙂".encode()
 FLOATS = [0.0, -0.0, 1.5, -2.25, float("nan"), float("inf"), float("-inf"), 1e-45, 3.4028235e38, 0.1]
 INTS = [0, 1, -1, 2**63 - 1, -(2**63), 2**40 + 3, -(2**31) - 7]
 

@@ -7,7 +7,8 @@ index; ``TFRecordIndexedDataset`` gives map-style random access for ``Sampler``s
 ``pad_collate``/``PadCollate`` and ``PadTo`` batch variable-length features.
 ``TFRecordBatchDataset`` makes whole batches in the worker (``DataLoader(ds,
 batch_size=None)``), several times faster; ``from_dataset(root, "train[:90%]")`` opens a
-built dataset by its root and a TFDS-style split selection.
+built dataset by its root and a TFDS-style split selection; its workers reuse their
+shared-memory batch buffers (``free_batch_buffers()`` lets the kept ones go).
 
 This is the only part of ``tfrecord_io`` that imports torch.
 """
@@ -17,6 +18,7 @@ from .built import from_dataset
 from .collate import PadCollate, PadTo, pad_collate, pad_stack
 from .context import ReadContext, current_context, distributed_rank
 from .dataset import MultiTFRecordDataset, RecordDecoder, TFRecordDataset, TFRecordIndexedDataset
+from .shm_pool import free_batch_buffers
 
 __all__ = [
     "MultiTFRecordDataset",
@@ -30,6 +32,7 @@ __all__ = [
     "batch_tensor",
     "current_context",
     "distributed_rank",
+    "free_batch_buffers",
     "from_dataset",
     "pad_collate",
     "pad_stack",

@@ -40,13 +40,18 @@ decoded) record dict; both then batch as ``PadCollate`` does. ``batch_transform`
 applied to each finished batch (decode a batch of images at once, normalise, ...). All
 run in the worker. Pinned memory: ``DataLoader(ds, batch_size=None, pin_memory=True)``
 pins the batches' tensors in the main process as for any batch.
+
+How batches travel (``deliver``): arrays under ``PIPE_LIMIT`` pickled through the
+DataLoader's pipe; larger ones in the worker's reused shared-memory buffers
+(``shm_pool``), written again only once the main process has freed every tensor over
+them.
 """
 
 from __future__ import annotations
 
 from itertools import chain, islice, repeat
 from math import prod
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -58,6 +63,7 @@ from ..sharding import FileInfo, Piece, cut, plan_records, plan_shard, read_piec
 from .collate import PadCollate
 from .context import current_context, distributed_rank, make_rng
 from .dataset import IndexSpec, PathSpec, TFRecordDataset
+from .shm_pool import BufferPool, PooledTensor, worker_pool
 
 #: a record as it travels from the reader to the parser: (path, (offset, data))
 Located = Tuple[str, Tuple[int, Any]]
@@ -79,7 +85,7 @@ class TFRecordBatchDataset(TFRecordDataset):
 
     def __init__(
         self,
-        data_path: PathSpec,
+        data_path: Union[PathSpec, Sequence[FileInfo]],
         index_path: IndexSpec,
         description: Description = None,
         batch_size: int = 256,
@@ -215,7 +221,7 @@ class TFRecordBatchDataset(TFRecordDataset):
         path, (offset, data) = record
         try:
             return self.record_decoder(data)  # type: ignore[misc]
-        except Exception as err:  # noqa: BLE001 - re-raised with the record's place
+        except Exception as err:  # broad: re-raised with the record's place
             raise ExampleCodecError(f"{type(err).__name__}: {err}", path, offset) from err
 
     def _parse(self, chunk: Sequence[Located], parse: Callable[[], Any]) -> Any:
@@ -264,8 +270,8 @@ class TFRecordBatchDataset(TFRecordDataset):
 
 #: arrays smaller than this go from a worker to the main process pickled through the
 #: DataLoader's pipe; larger ones as tensors in shared memory. Each shared-memory tensor
-#: costs a segment, a file descriptor sent over a socket and page faults (~0.5 ms per
-#: tensor on each side, measured here), far more than piping a few KiB; for megabytes,
+#: costs a file descriptor sent over a socket and a mapping on each side (and page
+#: faults when the segment is fresh), far more than piping a few KiB; for megabytes,
 #: one copy into shared memory beats copies through a pipe.
 PIPE_LIMIT = 512 * 1024
 
@@ -293,28 +299,61 @@ def deliver(batch: Any, in_worker: bool) -> Any:
     """A finished batch as it leaves the dataset, in dicts, lists and tuples: in the main
     process every NumPy array becomes a tensor (no copy); in a worker, numeric arrays and
     tensors below ``PIPE_LIMIT`` become ``PipedArray``s (tensors again in the main
-    process) and larger arrays become tensors (which torch moves to shared memory)."""
+    process) and larger ones travel in the worker's reused shared memory
+    (``shm_pool``): a tensor made by ``batch_tensor`` as it is, any other array copied
+    into a pool slot (where torch would copy it into a fresh segment)."""
+    return _deliver(batch, worker_pool() if in_worker else None, in_worker)
+
+
+def _deliver(batch: Any, pool: Optional[BufferPool], in_worker: bool) -> Any:
     if isinstance(batch, np.ndarray):
         if batch.dtype == object:
             return batch
         if in_worker and batch.nbytes < PIPE_LIMIT:
             return PipedArray(batch)
-        return torch.from_numpy(batch)
+        return _pooled(torch.from_numpy(batch), pool)
     if isinstance(batch, torch.Tensor):
-        if in_worker and batch.device.type == "cpu" and batch.layout == torch.strided and batch.nbytes < PIPE_LIMIT:
-            return PipedArray(batch.numpy())
+        if in_worker and batch.device.type == "cpu" and batch.layout == torch.strided:
+            if batch.nbytes < PIPE_LIMIT:
+                return PipedArray(batch.numpy())
+            return _pooled(batch, pool)
         return batch
     if isinstance(batch, dict):
-        return {k: deliver(v, in_worker) for k, v in batch.items()}
+        return {k: _deliver(v, pool, in_worker) for k, v in batch.items()}
     if isinstance(batch, tuple) and not hasattr(batch, "_fields"):
-        return tuple(deliver(v, in_worker) for v in batch)
+        return tuple(_deliver(v, pool, in_worker) for v in batch)
     if isinstance(batch, list) and batch:
         first = batch[0]
         if isinstance(first, (torch.Tensor, np.ndarray)):
-            return [deliver(v, in_worker) for v in batch]
+            return [_deliver(v, pool, in_worker) for v in batch]
         if isinstance(first, memoryview) or (isinstance(first, list) and any(isinstance(v, list) for v in batch)):
             return [_as_bytes(v) for v in batch]
     return batch
+
+
+def _pooled(tensor: torch.Tensor, pool: Optional[BufferPool]) -> Any:
+    """A large CPU tensor leaving a worker: in a pool slot if it is not in one yet (one
+    copy, into memory that faults no more); as it is without a pool, or when it is in
+    shared memory already, or the pool is full (torch then shares it as usual)."""
+    if pool is None:
+        return tensor
+    slot = pool.slot_of(tensor)
+    if slot is not None:
+        return PooledTensor(slot, tensor)
+    if tensor.is_shared() or tensor.dtype not in _POOLED_DTYPES:
+        return tensor
+    target = pool.tensor(tensor.shape, tensor.dtype)
+    if target is None:
+        return tensor
+    target.copy_(tensor)
+    return PooledTensor(pool.slot_of(target), target)  # type: ignore[arg-type]
+
+
+#: dtypes a pool slot holds (a view of bytes as any of these is exact)
+_POOLED_DTYPES = frozenset(
+    [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+     torch.float32, torch.float64, torch.bool, torch.complex64, torch.complex128]
+)
 
 
 def _as_bytes(value: Any) -> Any:
@@ -328,12 +367,19 @@ def _as_bytes(value: Any) -> Any:
 
 def batch_tensor(shape: Sequence[int], dtype: torch.dtype = torch.uint8) -> torch.Tensor:
     """An uninitialised tensor for a whole batch, in shared memory when called in a
-    DataLoader worker (as ``default_collate`` allocates), so that filling it is the only
-    copy: use it in a ``batch_transform`` that decodes many records into one tensor."""
+    DataLoader worker, so that filling it is the only copy: use it in a
+    ``batch_transform`` that decodes many records into one tensor. In a worker the
+    memory comes from the worker's pool of reused segments (``shm_pool``: no page faults
+    once a slot has been used, and never a slot whose last batch the main process still
+    holds); a fresh segment, as ``default_collate`` allocates, when the pool is full."""
     shape = tuple(int(d) for d in shape)
     numel = prod(shape)
     if torch.utils.data.get_worker_info() is None or not numel:
         return torch.empty(shape, dtype=dtype)
+    pool = worker_pool() if dtype in _POOLED_DTYPES else None
+    pooled = pool.tensor(shape, dtype) if pool is not None else None
+    if pooled is not None:
+        return pooled
     storage = torch.UntypedStorage._new_shared(numel * torch.empty((), dtype=dtype).element_size())
     return torch.empty(0, dtype=dtype).set_(storage).view(shape)
 

@@ -22,7 +22,7 @@ Two ways, pick one:
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -60,7 +60,8 @@ def pad_stack(arrays: Sequence[Any], padding_value: float = 0) -> Tuple[torch.Te
     shape = [max(t.shape[d] for t in tensors) for d in range(tensors[0].dim())]
     out = torch.full((len(tensors), *shape), padding_value, dtype=dtype)
     for i, t in enumerate(tensors):
-        out[(i, *(slice(0, s) for s in t.shape))] = t
+        where: Tuple[Union[int, slice], ...] = (i, *(slice(0, s) for s in t.shape))
+        out[where] = t
     lengths = torch.tensor([t.shape[0] for t in tensors], dtype=torch.int64)
     return out, lengths
 

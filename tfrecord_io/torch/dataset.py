@@ -27,15 +27,15 @@ file order across several ranks needs ``seed`` (every rank must order the files 
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 import torch.utils.data
 
 from .. import iterator_utils
 from ..codec import Description, parse_example, parse_sequence_example
 from ..errors import ExampleCodecError
-from ..random_access import IndexedRecordReader
 from ..path_specs import PathSpec, expand, split_files
+from ..random_access import IndexedRecordReader
 from ..sharding import FileInfo, Piece, describe_files, plan_shard, read_piece, shard_count
 from .context import ReadContext, current_context, distributed_rank, draw_torch_seed, make_rng
 
@@ -64,7 +64,7 @@ class RecordDecoder:
 
 def _index_list(index_path: IndexSpec, paths: Sequence[str]) -> List[Optional[str]]:
     if index_path is None or index_path == "auto":
-        return [index_path] * len(paths)  # type: ignore[list-item]
+        return [index_path] * len(paths)
     if isinstance(index_path, str):
         if len(paths) != 1:
             raise ValueError("give one index path per data file (a list), or index_path='auto'")
@@ -175,7 +175,7 @@ class TFRecordDataset(_ShardedDataset):
 
     def __init__(
         self,
-        data_path: PathSpec,
+        data_path: Union[PathSpec, Sequence[FileInfo]],
         index_path: IndexSpec,
         description: Description = None,
         shuffle_queue_size: Optional[int] = None,
@@ -209,10 +209,13 @@ class TFRecordDataset(_ShardedDataset):
         """The files with their sizes and indexes (loaded once per process)."""
         if self._infos is None:
             paths = [self.data_path] if isinstance(self.data_path, str) else list(self.data_path)
-            if paths and all(isinstance(p, FileInfo) for p in paths):
-                self._infos = paths  # described already (e.g. a slice of a built dataset)
+            described = [p for p in paths if isinstance(p, FileInfo)]
+            if paths and len(described) == len(paths):
+                infos = described  # described already (e.g. a slice of a built dataset)
             else:
-                self._infos = describe_files(paths, _index_list(self.index_path, paths), self.compression_type)
+                names = cast(List[str], paths)  # path strings: data_path is a PathSpec here
+                infos = describe_files(names, _index_list(self.index_path, names), self.compression_type)
+            self._infos = infos
         return self._infos
 
     def __len__(self) -> int:

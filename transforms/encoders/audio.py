@@ -113,7 +113,7 @@ class Audio(Encoder):
             if self.sample_rate is not None and rate != self.sample_rate:
                 samples = resample(samples, rate, self.sample_rate, self.res_type)
                 rate = self.sample_rate
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - resampler errors (librosa, soxr, NumPy) reject the row
             raise EncodeError("transform", f"{where}{type(err).__name__}: {err}") from None
         if self.max_seconds is not None and samples.shape[0] > self.max_seconds * rate:
             raise EncodeError("transform", f"{where}{samples.shape[0] / rate:.2f} s is longer than the {self.max_seconds} s limit")

@@ -105,7 +105,7 @@ def _require_pillow() -> None:
         raise ImportError(f"the Image encoder needs Pillow: pip install 'tfrecord-io[media]' ({_IMPORT_ERROR})")
 
 
-def canonical_mode(image: "PILImage.Image") -> str:
+def canonical_mode(image: PILImage.Image) -> str:
     """The mode an image of this mode is decoded to (palette -> RGB or RGBA, ...)."""
     mode = image.mode
     if mode == "P":
@@ -119,7 +119,7 @@ def canonical_mode(image: "PILImage.Image") -> str:
 _DEEP = ("I;16", "I;16L", "I;16B", "I;16N", "I")
 
 
-def _to_mode(image: "PILImage.Image", mode: str) -> "PILImage.Image":
+def _to_mode(image: PILImage.Image, mode: str) -> PILImage.Image:
     """Convert like Pillow, except between bit depths: Pillow clips 16-bit values to
     255 when going to 8 bits, and leaves 8-bit values unscaled going up; here the
     full range maps to the full range (x / 257 down, x * 257 up)."""
@@ -139,7 +139,7 @@ def _to_mode(image: "PILImage.Image", mode: str) -> "PILImage.Image":
     return image.convert(mode)
 
 
-def image_array(image: "PILImage.Image", mode: str) -> np.ndarray:
+def image_array(image: PILImage.Image, mode: str) -> np.ndarray:
     """``(height, width, channels)`` array of ``image`` converted to ``mode``."""
     arr = np.asarray(_to_mode(image, mode))
     channels, dtype = MODE_INFO[mode]
@@ -219,7 +219,7 @@ class Image(Encoder):
         limit = self.max_pixels if self.max_pixels is not None else PILImage.MAX_IMAGE_PIXELS
         return limit if limit and limit > 0 else None
 
-    def _open(self, data: bytes, where: str) -> "PILImage.Image":
+    def _open(self, data: bytes, where: str) -> PILImage.Image:
         """Open the image and check its header (bomb limit, size); no pixel is decoded."""
         try:
             image = PILImage.open(io.BytesIO(data))
@@ -240,7 +240,7 @@ class Image(Encoder):
             raise EncodeError("decode", f"{where}image has no pixels ({width}x{height})")
         return image
 
-    def _decode(self, image: "PILImage.Image", where: str, scan_only: bool = False) -> None:
+    def _decode(self, image: PILImage.Image, where: str, scan_only: bool = False) -> None:
         """Decode all of the image's data, so truncated or corrupt data is rejected.
 
         ``scan_only``: the caller keeps the original bytes and needs no pixels, only the
@@ -254,7 +254,7 @@ class Image(Encoder):
         except Exception as err:  # noqa: BLE001 - truncated/corrupt pixel data
             raise EncodeError("decode", f"{where}{image.format or 'image'} data is corrupt or truncated ({type(err).__name__}: {err})") from None
 
-    def _save(self, image: "PILImage.Image", fmt: str, where: str) -> bytes:
+    def _save(self, image: PILImage.Image, fmt: str, where: str) -> bytes:
         """The image file, converted first to a mode the writer keeps (JPEG has no
         alpha: RGBA/LA are flattened to RGB/L)."""
         allowed = _WRITER_MODES.get(fmt)
@@ -269,7 +269,7 @@ class Image(Encoder):
             params["quality"] = self.quality
         try:
             image.save(out, fmt, **params)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - Pillow's writers raise many types; the row is rejected
             raise EncodeError("encode", f"{where}cannot write {fmt} ({type(err).__name__}: {err})") from None
         return out.getvalue()
 
@@ -283,7 +283,7 @@ class Image(Encoder):
         width, height = image.size
         try:
             rotate = self.exif_transpose and image.getexif().get(0x0112, 1) not in (1, None)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - a broken EXIF block rejects the row
             raise EncodeError("transform", f"{where}{type(err).__name__}: {err}") from None
         if self.verify or not keeps_bytes or rotate:
             # Pixels are needed unless the bytes are kept as they are (then only the proof).
@@ -303,7 +303,7 @@ class Image(Encoder):
                 changed = True
         except EncodeError:
             raise
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - Pillow's converters raise many types; the row is rejected
             raise EncodeError("transform", f"{where}{type(err).__name__}: {err}") from None
         if changed:
             width, height = image.size
@@ -311,7 +311,7 @@ class Image(Encoder):
         if self.reencode == "raw":
             try:
                 arr = image_array(image, mode)
-            except Exception as err:  # noqa: BLE001
+            except Exception as err:  # noqa: BLE001 - Pillow/NumPy conversion errors reject the row
                 raise EncodeError("transform", f"{where}cannot convert {image.mode} to {mode} ({err})") from None
             encoded, fmt = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes(), "raw"
         elif self.reencode is None and not changed:
@@ -388,7 +388,7 @@ def decode_image(encoded: bytes, fmt: str, height: int, width: int, mode: str) -
     try:
         image = PILImage.open(io.BytesIO(encoded))
         image.load()
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:  # noqa: BLE001 - Pillow's decoders raise many types; a DecodeError names them
         raise EncodeError("decode", f"stored {fmt} image cannot be decoded ({type(err).__name__}: {err})") from None
     if image.size != (width, height):
         raise EncodeError("decode", f"stored image is {image.size[0]}x{image.size[1]}, features say {width}x{height}")
