@@ -46,9 +46,15 @@ def main():
             pass
 
     out["read small: tf.data TFRecordDataset (batched)"] = [
-        median_time(lambda: read_batched(small), repeat, lambda: warm_read(small)), n, nbytes]
+        median_time(lambda: read_batched(small), repeat, lambda: warm_read(small)),
+        n,
+        nbytes,
+    ]
     out["read large: tf.data TFRecordDataset (batches of 8)"] = [
-        median_time(lambda: read_batched(large, 8), repeat, lambda: warm_read(large)), large_n, large_bytes]
+        median_time(lambda: read_batched(large, 8), repeat, lambda: warm_read(large)),
+        large_n,
+        large_bytes,
+    ]
 
     spec = {
         "label": tf.io.FixedLenFeature([], tf.int64),
@@ -62,7 +68,10 @@ def main():
             tf.io.parse_example(b, spec)
 
     out[f"parse batched: tf.io.parse_example ({batch})"] = [
-        median_time(parse_batches, repeat, lambda: tf.io.parse_example(batches[0], spec)), n, nbytes]
+        median_time(parse_batches, repeat, lambda: tf.io.parse_example(batches[0], spec)),
+        n,
+        nbytes,
+    ]
 
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "out.tfrecord")

@@ -37,9 +37,7 @@ from tfrecord_io.beam_io import ReadFromTFRecord, WriteToTFRecord  # noqa: E402
 
 
 def options(workers: int) -> PipelineOptions:
-    return PipelineOptions(
-        ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
-    )
+    return PipelineOptions(["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"])
 
 
 def make_small(path: str, target_bytes: int) -> int:
@@ -128,7 +126,12 @@ def write_case(path: str, n: int, impl: str, workers: int, out_dir: str, bundle:
             p | ReadFromTFRecord(path, desired_bundle_size=bundle) | WriteToTFRecord(prefix, num_shards=4)
 
     seconds = timed(build, workers)
-    got = sum(1 for f in os.listdir(os.path.dirname(prefix)) if not f.endswith(".index") for _ in tfio.tfrecord_iterator(os.path.join(os.path.dirname(prefix), f)))
+    got = sum(
+        1
+        for f in os.listdir(os.path.dirname(prefix))
+        if not f.endswith(".index")
+        for _ in tfio.tfrecord_iterator(os.path.join(os.path.dirname(prefix), f))
+    )
     if got != n:
         raise AssertionError(f"{impl} wrote {got} records, expected {n}")
     shutil.rmtree(os.path.dirname(prefix))
@@ -157,7 +160,9 @@ def main() -> None:
         files.append(("1 MiB records", large, make_large(large, target)))
 
     rows: List[Tuple[str, str, int, float, float, float]] = []
-    print(f"runner start-up (trivial pipeline): 1 worker {startup_seconds(1):.1f} s, 2 workers {startup_seconds(2):.1f} s")
+    print(
+        f"runner start-up (trivial pipeline): 1 worker {startup_seconds(1):.1f} s, 2 workers {startup_seconds(2):.1f} s"
+    )
     print(f"files: {', '.join(f'{name}: {n} records, {os.path.getsize(p) / 1e6:.0f} MB' for name, p, n in files)}")
     for name, path, n in files:
         base: Dict[int, float] = {}

@@ -96,7 +96,7 @@ def timed(cmd: List[str], env: Optional[Dict[str, str]] = None) -> Dict[str, flo
     return result
 
 
-LOOP = r'''
+LOOP = r"""
 import hashlib, io, os, sys
 from PIL import Image
 import tfrecord
@@ -128,9 +128,9 @@ for label_id, label in enumerate(labels):
                  "image/width": (width, "int"), "image/channels": (3, "int"), "label": (label_id, "int")})
 for w in writers.values():
     w.close()
-'''
+"""
 
-TF_LOOP = r'''
+TF_LOOP = r"""
 import hashlib, os, sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf
@@ -163,11 +163,15 @@ for label_id, label in enumerate(labels):
         w.write(example.SerializeToString())
 for w in writers.values():
     w.close()
-'''
+"""
 
 
 def find_tf_python(given: Optional[str]) -> Optional[str]:
-    for path in (given, os.environ.get("TFRECORD_IO_TF_PYTHON"), os.path.expanduser("~/.cache/tfrecord-io/tfenv/bin/python")):
+    for path in (
+        given,
+        os.environ.get("TFRECORD_IO_TF_PYTHON"),
+        os.path.expanduser("~/.cache/tfrecord-io/tfenv/bin/python"),
+    ):
         if path and os.path.exists(path):
             return path
     return None
@@ -200,13 +204,19 @@ def main() -> None:
     for case in args.cases.split(","):
         results = {}
         for workers in (1, 2):
-            flags = ["--runner=DirectRunner", f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+            flags = [
+                "--runner=DirectRunner",
+                f"--direct_num_workers={workers}",
+                "--direct_running_mode=multi_processing",
+            ]
             for name, images in (("startup", tiny), ("build", root)):
                 out = os.path.join(work, f"out-{case}-{workers}-{name}")
                 shutil.rmtree(out, ignore_errors=True)
                 cfg = os.path.join(work, f"{case}-{name}.yaml")
                 write_config(cfg, images, out, CASES[case])
-                results[(name, workers)] = timed([sys.executable, "-m", "pipelines", "build", cfg, "--no-progress", *flags], env)
+                results[(name, workers)] = timed(
+                    [sys.executable, "-m", "pipelines", "build", cfg, "--no-progress", *flags], env
+                )
         loop_out = os.path.join(work, f"loop-{case}")
         shutil.rmtree(loop_out, ignore_errors=True)
         os.makedirs(loop_out)
@@ -221,13 +231,17 @@ def main() -> None:
         if tf_loop:
             rows.append(("TensorFlow loop (1 process)", tf_loop, None))
         for workers in (1, 2):
-            rows.append((f"tfrecord-io build, {workers} worker(s)", results[("build", workers)], results[("startup", workers)]))
+            rows.append(
+                (f"tfrecord-io build, {workers} worker(s)", results[("build", workers)], results[("startup", workers)])
+            )
             rows.append((f"  Beam start-up (8 images), {workers} worker(s)", results[("startup", workers)], None))
         for what, r, startup in rows:
             after = r["wall"] - startup["wall"] if startup else None
             ratio = loop["wall"] / r["wall"]
-            print(f"| {case} | {what} | {r['wall']:.1f} | {'' if after is None else f'{after:.1f}'} | "
-                  f"{r['user'] + r['sys']:.1f} ({r['user']:.1f}+{r['sys']:.1f}) | {r['rss_mb']:.0f} | {ratio:.2f}x |")
+            print(
+                f"| {case} | {what} | {r['wall']:.1f} | {'' if after is None else f'{after:.1f}'} | "
+                f"{r['user'] + r['sys']:.1f} ({r['user']:.1f}+{r['sys']:.1f}) | {r['rss_mb']:.0f} | {ratio:.2f}x |"
+            )
     print(f"\nload average at end {os.getloadavg()[0]:.1f}; images in {work}")
 
 

@@ -277,7 +277,9 @@ def main() -> None:
 
         crc_impl = _speedups.CRC_IMPL
     clock = "CPU time (process_time)" if args.cpu_time else "wall-clock"
-    print(f"tfrecord_io core: {speed} (CRC32C: {crc_impl or 'crc32c package'}); python {sys.version.split()[0]}; {clock}")
+    print(
+        f"tfrecord_io core: {speed} (CRC32C: {crc_impl or 'crc32c package'}); python {sys.version.split()[0]}; {clock}"
+    )
     tmp = tempfile.TemporaryDirectory(dir=args.dir)
     d = tmp.name
     small_path, large_path = os.path.join(d, "small.tfrecord"), os.path.join(d, "large.tfrecord")
@@ -307,30 +309,50 @@ def main() -> None:
         for name, (_, count, nbytes) in cases.items():
             t.add(name, secs[name], count, nbytes)
 
-    group("read, raw records (ours and Beam check both CRCs; the tfrecord package checks none)", {
-        "read small: ours tfrecord_iterator": (lambda: ours_iter(small_path), n, small_bytes),
-        "read small: tfrecord pkg tfrecord_iterator": (lambda: pkg_iter(small_path), n, small_bytes),
-        "read small: Beam _TFRecordUtil.read_record loop": (lambda: beam_iter(small_path), n, small_bytes),
-    }, rep)
-    group("read, 150 KB records (short runs: more rounds)", {
-        "read large: page cache (readinto, 1 MiB)": (lambda: page_cache(large_path), nl, large_bytes),
-        "read large: ours tfrecord_iterator": (lambda: ours_iter(large_path), nl, large_bytes),
-        "read large: tfrecord pkg tfrecord_iterator": (lambda: pkg_iter(large_path), nl, large_bytes),
-        "read large: Beam _TFRecordUtil.read_record loop": (lambda: beam_iter(large_path), nl, large_bytes),
-    }, max(rep, 7))
-    group("parse to NumPy dicts (description: int label, 8 floats, bytes text)", {
-        "parse per record: ours tfrecord_loader": (lambda: ours_loader(small_path), n, small_bytes),
-        "parse per record: tfrecord pkg tfrecord_loader": (lambda: pkg_loader(small_path), n, small_bytes),
-        "parse per record: upb + NumPy loop (no framing)": (lambda: upb_numpy_loop(records), n, small_bytes),
-        f"parse batched: ours parse_examples_batch ({BATCH})": (lambda: batched(records), n, small_bytes),
-    }, rep)
-    group("write", {
-        "write dicts: ours TFRecordWriter.write": (lambda: ours_write_dicts(out, dicts), n, small_bytes),
-        "write dicts: tfrecord pkg TFRecordWriter.write": (lambda: pkg_write_dicts(out, dicts), n, small_bytes),
-        "write bytes: ours RecordWriter.write_records": (lambda: ours_write_bytes(out, records), n, small_bytes),
-        "write bytes: ours RecordWriter.write_record": (lambda: ours_write_bytes_each(out, records), n, small_bytes),
-        "write bytes: Beam _TFRecordUtil.write_record": (lambda: beam_write_bytes(out, records), n, small_bytes),
-    }, rep)
+    group(
+        "read, raw records (ours and Beam check both CRCs; the tfrecord package checks none)",
+        {
+            "read small: ours tfrecord_iterator": (lambda: ours_iter(small_path), n, small_bytes),
+            "read small: tfrecord pkg tfrecord_iterator": (lambda: pkg_iter(small_path), n, small_bytes),
+            "read small: Beam _TFRecordUtil.read_record loop": (lambda: beam_iter(small_path), n, small_bytes),
+        },
+        rep,
+    )
+    group(
+        "read, 150 KB records (short runs: more rounds)",
+        {
+            "read large: page cache (readinto, 1 MiB)": (lambda: page_cache(large_path), nl, large_bytes),
+            "read large: ours tfrecord_iterator": (lambda: ours_iter(large_path), nl, large_bytes),
+            "read large: tfrecord pkg tfrecord_iterator": (lambda: pkg_iter(large_path), nl, large_bytes),
+            "read large: Beam _TFRecordUtil.read_record loop": (lambda: beam_iter(large_path), nl, large_bytes),
+        },
+        max(rep, 7),
+    )
+    group(
+        "parse to NumPy dicts (description: int label, 8 floats, bytes text)",
+        {
+            "parse per record: ours tfrecord_loader": (lambda: ours_loader(small_path), n, small_bytes),
+            "parse per record: tfrecord pkg tfrecord_loader": (lambda: pkg_loader(small_path), n, small_bytes),
+            "parse per record: upb + NumPy loop (no framing)": (lambda: upb_numpy_loop(records), n, small_bytes),
+            f"parse batched: ours parse_examples_batch ({BATCH})": (lambda: batched(records), n, small_bytes),
+        },
+        rep,
+    )
+    group(
+        "write",
+        {
+            "write dicts: ours TFRecordWriter.write": (lambda: ours_write_dicts(out, dicts), n, small_bytes),
+            "write dicts: tfrecord pkg TFRecordWriter.write": (lambda: pkg_write_dicts(out, dicts), n, small_bytes),
+            "write bytes: ours RecordWriter.write_records": (lambda: ours_write_bytes(out, records), n, small_bytes),
+            "write bytes: ours RecordWriter.write_record": (
+                lambda: ours_write_bytes_each(out, records),
+                n,
+                small_bytes,
+            ),
+            "write bytes: Beam _TFRecordUtil.write_record": (lambda: beam_write_bytes(out, records), n, small_bytes),
+        },
+        rep,
+    )
     os.unlink(out)
 
     if not args.no_tf:
@@ -351,22 +373,55 @@ def main() -> None:
         r = ra / rb
         print(f"  {label:<58} {r:6.2f}x  target >= {target}x  {'MET' if r >= target else 'not met'}")
 
-    ratio("raw read small, both CRCs / Beam loop", "read small: ours tfrecord_iterator",
-          "read small: Beam _TFRecordUtil.read_record loop", 2.0)
-    ratio("raw read small, both CRCs / tfrecord pkg iterator", "read small: ours tfrecord_iterator",
-          "read small: tfrecord pkg tfrecord_iterator", 1.2)
-    ratio("raw read large / page cache", "read large: ours tfrecord_iterator",
-          "read large: page cache (readinto, 1 MiB)", 0.7, mb=True)
-    ratio("per-record parse / tfrecord pkg loader", "parse per record: ours tfrecord_loader",
-          "parse per record: tfrecord pkg tfrecord_loader", 3.0)
-    ratio("batched parse / tf.io.parse_example", f"parse batched: ours parse_examples_batch ({BATCH})",
-          f"parse batched: tf.io.parse_example ({BATCH})", 0.5)
-    ratio("write from dicts / tfrecord pkg", "write dicts: ours TFRecordWriter.write",
-          "write dicts: tfrecord pkg TFRecordWriter.write", 1.8)
-    ratio("write bytes / Beam write_record", "write bytes: ours RecordWriter.write_records",
-          "write bytes: Beam _TFRecordUtil.write_record", 1.0)
-    ratio("write bytes / tf.io.TFRecordWriter", "write bytes: ours RecordWriter.write_records",
-          "write bytes: tf.io.TFRecordWriter", 1.0)
+    ratio(
+        "raw read small, both CRCs / Beam loop",
+        "read small: ours tfrecord_iterator",
+        "read small: Beam _TFRecordUtil.read_record loop",
+        2.0,
+    )
+    ratio(
+        "raw read small, both CRCs / tfrecord pkg iterator",
+        "read small: ours tfrecord_iterator",
+        "read small: tfrecord pkg tfrecord_iterator",
+        1.2,
+    )
+    ratio(
+        "raw read large / page cache",
+        "read large: ours tfrecord_iterator",
+        "read large: page cache (readinto, 1 MiB)",
+        0.7,
+        mb=True,
+    )
+    ratio(
+        "per-record parse / tfrecord pkg loader",
+        "parse per record: ours tfrecord_loader",
+        "parse per record: tfrecord pkg tfrecord_loader",
+        3.0,
+    )
+    ratio(
+        "batched parse / tf.io.parse_example",
+        f"parse batched: ours parse_examples_batch ({BATCH})",
+        f"parse batched: tf.io.parse_example ({BATCH})",
+        0.5,
+    )
+    ratio(
+        "write from dicts / tfrecord pkg",
+        "write dicts: ours TFRecordWriter.write",
+        "write dicts: tfrecord pkg TFRecordWriter.write",
+        1.8,
+    )
+    ratio(
+        "write bytes / Beam write_record",
+        "write bytes: ours RecordWriter.write_records",
+        "write bytes: Beam _TFRecordUtil.write_record",
+        1.0,
+    )
+    ratio(
+        "write bytes / tf.io.TFRecordWriter",
+        "write bytes: ours RecordWriter.write_records",
+        "write bytes: tf.io.TFRecordWriter",
+        1.0,
+    )
     tmp.cleanup()
 
 

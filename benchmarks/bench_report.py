@@ -42,8 +42,12 @@ def make_dataset(root: str, records: int) -> str:
     from PIL import Image as PILImage
     from PIL import ImageDraw
 
-    spec = {"image": Image(mode="RGB", reencode="png"), "audio": Audio(sample_rate=16000, mono=True),
-            "caption": Text(), "label": Label(vocabulary=["circle", "square", "triangle"])}
+    spec = {
+        "image": Image(mode="RGB", reencode="png"),
+        "audio": Audio(sample_rate=16000, mono=True),
+        "caption": Text(),
+        "label": Label(vocabulary=["circle", "square", "triangle"]),
+    }
     pngs, wavs = [], []
     for i in range(12):
         img = PILImage.new("RGB", (64, 64), (20 * i, 120, 200 - 10 * i))
@@ -55,8 +59,18 @@ def make_dataset(root: str, records: int) -> str:
         out = io.BytesIO()
         sf.write(out, (0.3 * np.sin(2 * np.pi * (300 + 40 * i) * t)).astype(np.float32), 16000, format="WAV")
         wavs.append(out.getvalue())
-    encoded = [encode_row({"image": pngs[i], "audio": wavs[i], "caption": f"caption number {i}" * (1 + i % 3),
-                           "label": ["circle", "square", "triangle"][i % 3]}, spec) for i in range(12)]
+    encoded = [
+        encode_row(
+            {
+                "image": pngs[i],
+                "audio": wavs[i],
+                "caption": f"caption number {i}" * (1 + i % 3),
+                "label": ["circle", "square", "triangle"][i % 3],
+            },
+            spec,
+        )
+        for i in range(12)
+    ]
     version = os.path.join(root, "v1")
     splits = {}
     k = 0
@@ -73,8 +87,15 @@ def make_dataset(root: str, records: int) -> str:
             k += count
             shards.append({"path": rel, "records": count, "bytes": os.path.getsize(os.path.join(version, rel))})
         splits[split] = {"records": n, "bytes": sum(s["bytes"] for s in shards), "num_shards": SHARDS, "shards": shards}
-    info = {"name": "bench", "version": "v1", "encoders": {c: e.to_config() for c, e in spec.items()},
-            "splits": splits, "records": sum(s["records"] for s in splits.values()), "rows_in": records, "rejected": 0}
+    info = {
+        "name": "bench",
+        "version": "v1",
+        "encoders": {c: e.to_config() for c, e in spec.items()},
+        "splits": splits,
+        "records": sum(s["records"] for s in splits.values()),
+        "rows_in": records,
+        "rejected": 0,
+    }
     with open(os.path.join(version, "dataset_info.json"), "w") as f:
         json.dump(info, f)
     with open(os.path.join(root, "LATEST"), "w") as f:
@@ -127,8 +148,14 @@ def main() -> int:
         root = make_dataset(os.path.join(tmp, "data"), args.records)
         size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
         print(f"{args.records:,} records, {size / 1e6:,.0f} MB, {len(SPLITS) * SHARDS} shards")
-        two = PipelineOptions(["--runner=DirectRunner", "--direct_num_workers=2",
-                               "--direct_running_mode=multi_processing", "--default_sdk_harness_log_level=ERROR"])
+        two = PipelineOptions(
+            [
+                "--runner=DirectRunner",
+                "--direct_num_workers=2",
+                "--direct_running_mode=multi_processing",
+                "--default_sdk_harness_log_level=ERROR",
+            ]
+        )
         rows = []
         t0 = time.perf_counter()
         n = plain_loop(root, args.samples)
@@ -136,11 +163,22 @@ def main() -> int:
         inp = resolve_input([root])
         t0 = time.perf_counter()
         result = run_stats_job(inp.shards, _columns(inp), two, samples=args.samples, progress=False)
-        rows.append(("stats job (DirectRunner, 2 workers)", time.perf_counter() - t0,
-                     sum(s["records"] for s in result.splits.values())))
+        rows.append(
+            (
+                "stats job (DirectRunner, 2 workers)",
+                time.perf_counter() - t0,
+                sum(s["records"] for s in result.splits.values()),
+            )
+        )
         t0 = time.perf_counter()
         summary = run_report([root], two, os.path.join(tmp, "report.html"), samples=args.samples, progress=False)
-        rows.append((f"whole report ({summary.bytes / 1e6:.1f} MB page)", time.perf_counter() - t0, sum(summary.splits.values())))
+        rows.append(
+            (
+                f"whole report ({summary.bytes / 1e6:.1f} MB page)",
+                time.perf_counter() - t0,
+                sum(summary.splits.values()),
+            )
+        )
     base = rows[0][1]
     print("| case | seconds | records/s | vs plain loop |\n|---|---:|---:|---:|")
     for name, seconds, n in rows:

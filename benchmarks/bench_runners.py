@@ -31,7 +31,8 @@ from typing import Dict, List
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The DirectRunner's worker processes import our modules by name: give them the checkout.
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 )
 
 import yaml
@@ -88,7 +89,9 @@ def main() -> int:
     parser.add_argument("--mb", type=int, default=500, help="size of the one input file in MB (default 500)")
     parser.add_argument("--runners", default="fnapi,prism,flink,spark")
     parser.add_argument("--dir", default=None, help="where to write the file (default: a temp dir)")
-    parser.add_argument("--startup", action="store_true", help="also time each runner on a 1,000-record file (its fixed cost per job)")
+    parser.add_argument(
+        "--startup", action="store_true", help="also time each runner on a 1,000-record file (its fixed cost per job)"
+    )
     args = parser.parse_args()
 
     work = args.dir or tempfile.mkdtemp(prefix="bench-runners-")
@@ -128,7 +131,10 @@ def main() -> int:
             print(f"{runner}: WRONG RESULT: {report['records']} records, problems {report['problems'][:3]}")
             return 1
         results[runner] = seconds
-        print(f"{runner:>13}: {seconds:7.1f} s  {n / seconds:>10,.0f} records/s  {size / seconds / 1e6:6.1f} MB/s", flush=True)
+        print(
+            f"{runner:>13}: {seconds:7.1f} s  {n / seconds:>10,.0f} records/s  {size / seconds / 1e6:6.1f} MB/s",
+            flush=True,
+        )
 
     base = results.get("fnapi")
     if base:

@@ -148,10 +148,22 @@ def main(argv: List[str] = None) -> None:
         write_images(images, args.images)
         rows = []
         for name, path, desc, transform, shapes, batch_transform in (
-            (f"small Examples ({args.small}, {os.path.getsize(small) / args.small:.0f} B)", small,
-             {"id": "int", "label": "int", "feats": "float"}, None, {"id": (), "label": (), "feats": (16,)}, None),
-            (f"image-sized ({args.images}, {os.path.getsize(images) / args.images / 1024:.0f} KiB)", images,
-             {"image": "byte", "label": "int"}, image_to_array, {"label": ()}, images_to_batch),
+            (
+                f"small Examples ({args.small}, {os.path.getsize(small) / args.small:.0f} B)",
+                small,
+                {"id": "int", "label": "int", "feats": "float"},
+                None,
+                {"id": (), "label": (), "feats": (16,)},
+                None,
+            ),
+            (
+                f"image-sized ({args.images}, {os.path.getsize(images) / args.images / 1024:.0f} KiB)",
+                images,
+                {"image": "byte", "label": "int"},
+                image_to_array,
+                {"label": ()},
+                images_to_batch,
+            ),
         ):
             index = path + ".index"
             # each dataset is made once, as a training script makes it, and read once per epoch
@@ -159,19 +171,26 @@ def main(argv: List[str] = None) -> None:
             ours = TFRecordDataset(path, index, desc, transform=transform)
             ours_noidx = TFRecordDataset(path, None, desc, transform=transform)
             batched = TFRecordBatchDataset(path, index, desc, 256, shapes=shapes, batch_transform=batch_transform)
-            rows.append((name, best_rates(
-                [
-                    lambda: DataLoader(theirs, batch_size=256, num_workers=w, collate_fn=default_collate),
-                    lambda: DataLoader(ours, batch_size=256, num_workers=w, collate_fn=default_collate),
-                    lambda: DataLoader(ours_noidx, batch_size=256, num_workers=w, collate_fn=default_collate),
-                    lambda: DataLoader(batched, batch_size=None, num_workers=w),
-                ],
-                args.repeats,
-            )))
+            rows.append(
+                (
+                    name,
+                    best_rates(
+                        [
+                            lambda: DataLoader(theirs, batch_size=256, num_workers=w, collate_fn=default_collate),
+                            lambda: DataLoader(ours, batch_size=256, num_workers=w, collate_fn=default_collate),
+                            lambda: DataLoader(ours_noidx, batch_size=256, num_workers=w, collate_fn=default_collate),
+                            lambda: DataLoader(batched, batch_size=None, num_workers=w),
+                        ],
+                        args.repeats,
+                    ),
+                )
+            )
         load = os.getloadavg()
         print(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {os.cpu_count()} CPUs, {w} workers")
-        print("| data set | tfrecord 1.14.6 rec/s (CPU us/rec) | ours per record, index | ratio | ours per record, "
-              "no index | ratio | **ours, batches in the worker** | ratio |")
+        print(
+            "| data set | tfrecord 1.14.6 rec/s (CPU us/rec) | ours per record, index | ratio | ours per record, "
+            "no index | ratio | **ours, batches in the worker** | ratio |"
+        )
         print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for name, ((t, tc), (o, oc), (n, nc), (b, bc)) in rows:
             print(

@@ -80,7 +80,14 @@ def tutorial_peer(paths, out_path):
         with open(p, "rb") as f:
             data = f.read()
         width, height = PILImage.open(io.BytesIO(data)).size
-        w.write({"image/encoded": (data, "byte"), "image/height": (height, "int"), "image/width": (width, "int"), "id": (i, "int")})
+        w.write(
+            {
+                "image/encoded": (data, "byte"),
+                "image/height": (height, "int"),
+                "image/width": (width, "int"),
+                "id": (i, "int"),
+            }
+        )
     w.close()
 
 
@@ -106,7 +113,9 @@ def beam_options(workers):
 
     if workers == 1:
         return PipelineOptions(["--runner=DirectRunner", "--direct_num_workers=1"])
-    return PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"])
+    return PipelineOptions(
+        ["--runner=DirectRunner", "--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
+    )
 
 
 def _read_image(row):
@@ -138,18 +147,37 @@ def beam_decode(pattern, spec, workers):
 
     t = time.perf_counter()
     with beam.Pipeline(options=beam_options(workers)) as p:
-        (p | ReadFromTFRecord(pattern, desired_bundle_size=1 << 20) | DecodeExample(spec)).decoded | beam.combiners.Count.Globally()
+        (
+            p | ReadFromTFRecord(pattern, desired_bundle_size=1 << 20) | DecodeExample(spec)
+        ).decoded | beam.combiners.Count.Globally()
     return time.perf_counter() - t
 
 
 CATEGORIES = (
     ("Pillow (decode/encode/resize)", ("PIL", "Imaging")),
     ("audio libs (soundfile, soxr, librosa)", ("soundfile", "soxr", "librosa", "_cffi", "scipy")),
-    ("framing + CRC + sink/source (tfrecord_io)", ("tfrecord_io/framing", "tfrecord_io/crc", "tfrecord_io/writer", "tfrecord_io/reader", "tfrecord_io/beam_", "crc32c", "tfrecord_io/files")),
-    ("Example protobuf (codec)", ("tfrecord_io/codec", "google/protobuf", "SerializeToString", "ParseFromString", "MergeFromString")),
+    (
+        "framing + CRC + sink/source (tfrecord_io)",
+        (
+            "tfrecord_io/framing",
+            "tfrecord_io/crc",
+            "tfrecord_io/writer",
+            "tfrecord_io/reader",
+            "tfrecord_io/beam_",
+            "crc32c",
+            "tfrecord_io/files",
+        ),
+    ),
+    (
+        "Example protobuf (codec)",
+        ("tfrecord_io/codec", "google/protobuf", "SerializeToString", "ParseFromString", "MergeFromString"),
+    ),
     ("transforms (Python glue)", ("/transforms/",)),
     # Beam's own code, plus the stdlib it drives (signature inspection, pickling, copies)
-    ("Beam (runner, coders, bookkeeping)", ("apache_beam", "inspect.py", "pickle", "dill", "copy.py", "typing.py", "enum.py", "threading.py", "queue.py")),
+    (
+        "Beam (runner, coders, bookkeeping)",
+        ("apache_beam", "inspect.py", "pickle", "dill", "copy.py", "typing.py", "enum.py", "threading.py", "queue.py"),
+    ),
     ("file IO (open, read, stat)", ("_io.", "io.open", "posix.", "builtins.open")),
     ("waiting (locks, queues)", ("acquire", "wait", "select", "poll")),
 )
@@ -218,16 +246,18 @@ def main():
 
     recs_keep = encode_all(rows, keep)
     fast = {"image": Image(verify=False), "id": Int()}
-    t = interleaved_best({
-        "pillow": lambda: pillow_decode(paths),
-        "tutorial": lambda: tutorial_peer(paths, os.path.join(tmp, "tutorial.tfrecord")),
-        "keep": lambda: encode_all(rows, keep),
-        "fast": lambda: encode_all(rows, fast),
-        "write": lambda: write_all(recs_keep, os.path.join(tmp, "keep.tfrecord")),
-        "jpeg": lambda: encode_all(rows, jpeg),
-        "raw": lambda: encode_all(rows, raw),
-        "dec": lambda: [decode_example(r, keep) for r in recs_keep],
-    })
+    t = interleaved_best(
+        {
+            "pillow": lambda: pillow_decode(paths),
+            "tutorial": lambda: tutorial_peer(paths, os.path.join(tmp, "tutorial.tfrecord")),
+            "keep": lambda: encode_all(rows, keep),
+            "fast": lambda: encode_all(rows, fast),
+            "write": lambda: write_all(recs_keep, os.path.join(tmp, "keep.tfrecord")),
+            "jpeg": lambda: encode_all(rows, jpeg),
+            "raw": lambda: encode_all(rows, raw),
+            "dec": lambda: [decode_example(r, keep) for r in recs_keep],
+        }
+    )
     t_pillow, t_tut, t_keep, t_fast, t_write, t_jpeg, t_raw, t_dec = (
         t[k] for k in ("pillow", "tutorial", "keep", "fast", "write", "jpeg", "raw", "dec")
     )
@@ -237,29 +267,46 @@ def main():
     row("peer: tutorial (bytes + header size + tfrecord writer)", t_tut, note="no pixel check")
     row("Image() keep bytes, encode_row", t_keep, note=f"{t_keep / t_pillow:.2f}x Pillow decode time")
     row("Image(verify=False) keep bytes, header only", t_fast, note=f"{t_tut / t_fast:.2f}x tutorial peer speed")
-    row("  + framing (RecordWriter) of those Examples", t_write, megabytes=rec_mb, note=f"{t_write / (t_keep + t_write):.1%} of encode+write")
+    row(
+        "  + framing (RecordWriter) of those Examples",
+        t_write,
+        megabytes=rec_mb,
+        note=f"{t_write / (t_keep + t_write):.1%} of encode+write",
+    )
     row("Image(reencode=jpeg q90, resize 224)", t_jpeg)
     row("Image(reencode=raw)", t_raw)
-    row("decode_example (keep-bytes JPEG -> array)", t_dec, megabytes=rec_mb, note=f"{t_dec / t_pillow:.2f}x Pillow decode time")
+    row(
+        "decode_example (keep-bytes JPEG -> array)",
+        t_dec,
+        megabytes=rec_mb,
+        note=f"{t_dec / t_pillow:.2f}x Pillow decode time",
+    )
 
     apaths = make_audio(tmp, args.audio)
     seconds_audio = args.audio * 5.0
     amb = sum(os.path.getsize(p) for p in apaths) / 1e6
     arows = [{"audio": p} for p in apaths]
-    ta = interleaved_best({
-        "plain": lambda: encode_all(arows, {"audio": Audio(mono=True)}),
-        "resample": lambda: encode_all(arows, {"audio": Audio(sample_rate=16000, mono=True)}),
-    }, rounds=2)
+    ta = interleaved_best(
+        {
+            "plain": lambda: encode_all(arows, {"audio": Audio(mono=True)}),
+            "resample": lambda: encode_all(arows, {"audio": Audio(sample_rate=16000, mono=True)}),
+        },
+        rounds=2,
+    )
     t_a, t_ar = ta["plain"], ta["resample"]
     results.append(("Audio(mono) 44.1 kHz stereo WAV", seconds_audio / t_a, amb / t_a, "audio s/s in the first column"))
-    results.append(("Audio(16 kHz, mono) resample (soxr_hq)", seconds_audio / t_ar, amb / t_ar, "audio s/s in the first column"))
+    results.append(
+        ("Audio(16 kHz, mono) resample (soxr_hq)", seconds_audio / t_ar, amb / t_ar, "audio s/s in the first column")
+    )
 
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"\n{n} JPEG files 320x240 q90, {mb:.1f} MB; {args.audio} WAV clips of 5 s 44.1 kHz stereo\n")
     print("| what | items/s | MB/s | note |\n|---|---:|---:|---|")
     for name, ips, mbs, note in results:
         print(f"| {name} | {ips:,.0f} | {mbs:,.1f} | {note} |")
-    print(f"\nkeep-bytes encode vs tutorial peer: {t_tut / t_keep:.2f}x its speed (ours decodes every image to check it)")
+    print(
+        f"\nkeep-bytes encode vs tutorial peer: {t_tut / t_keep:.2f}x its speed (ours decodes every image to check it)"
+    )
 
     if args.no_beam:
         return
@@ -274,13 +321,17 @@ def main():
     sec_per_clip = 5.0
     for size, rows_ in by_len.items():
         write_all(encode_all(rows_, keep), os.path.join(tmp, f"dec{size}.tfrecord"))
-    print(f"\nWhere the time goes: cProfile of one in-process (1 worker) Beam run each after a warm-up run "
-          f"({len(small)} images / {len(a_small)} clips, pipeline start-up included), share of profiled time\n")
+    print(
+        f"\nWhere the time goes: cProfile of one in-process (1 worker) Beam run each after a warm-up run "
+        f"({len(small)} images / {len(a_small)} clips, pipeline start-up included), share of profiled time\n"
+    )
     jobs = {
         "encode keep bytes": lambda: beam_encode(small, keep, os.path.join(tmp, "pk"), 1),
         "encode JPEG 224": lambda: beam_encode(small, jpeg, os.path.join(tmp, "pj"), 1),
         "decode (split read)": lambda: beam_decode(os.path.join(tmp, f"dec{len(small)}.tfrecord"), keep, 1),
-        "encode audio 16 kHz": lambda: beam_encode(a_small, {"audio": Audio(sample_rate=16000, mono=True)}, os.path.join(tmp, "pa"), 1),
+        "encode audio 16 kHz": lambda: beam_encode(
+            a_small, {"audio": Audio(sample_rate=16000, mono=True)}, os.path.join(tmp, "pa"), 1
+        ),
     }
     for job in jobs.values():  # warm up: imports, numba JIT in librosa, Beam's caches
         job()
@@ -293,17 +344,54 @@ def main():
     if args.no_beam_rates:
         return
 
-    print(f"\nBeam, DirectRunner: marginal throughput from runs of {len(small)} and {len(large)} images "
-          f"({args.audio} and {3 * args.audio} clips; fastest of 2 runs each), "
-          "so pipeline start-up is reported apart; sink/source = tfrecord_io\n")
+    print(
+        f"\nBeam, DirectRunner: marginal throughput from runs of {len(small)} and {len(large)} images "
+        f"({args.audio} and {3 * args.audio} clips; fastest of 2 runs each), "
+        "so pipeline start-up is reported apart; sink/source = tfrecord_io\n"
+    )
     print("| pipeline | workers | items/s | MB/s | start-up s |\n|---|---:|---:|---:|---:|")
     for workers in (1, 2):
         cases = [
-            ("read file bytes -> sink (Beam + sink alone)", lambda k: beam_encode(by_len[k], None, os.path.join(tmp, f"b{workers}-{k}"), workers), len(small), len(large), mb_per_image),
-            ("EncodeExample Image keep bytes -> sink", lambda k: beam_encode(by_len[k], keep, os.path.join(tmp, f"k{workers}-{k}"), workers), len(small), len(large), mb_per_image),
-            ("EncodeExample Image re-encode JPEG 224 -> sink", lambda k: beam_encode(by_len[k], jpeg, os.path.join(tmp, f"j{workers}-{k}"), workers), len(small), len(large), mb_per_image),
-            ("split read -> DecodeExample (JPEG -> array)", lambda k: beam_decode(os.path.join(tmp, f"dec{k}.tfrecord"), keep, workers), len(small), len(large), mb_per_image),
-            ("EncodeExample Audio(16 kHz, mono) -> sink [audio s/s]", lambda k: beam_encode(a_by_len[k], {"audio": Audio(sample_rate=16000, mono=True)}, os.path.join(tmp, f"a{workers}-{k}"), workers), len(a_small), len(a_large), None),
+            (
+                "read file bytes -> sink (Beam + sink alone)",
+                lambda k: beam_encode(by_len[k], None, os.path.join(tmp, f"b{workers}-{k}"), workers),
+                len(small),
+                len(large),
+                mb_per_image,
+            ),
+            (
+                "EncodeExample Image keep bytes -> sink",
+                lambda k: beam_encode(by_len[k], keep, os.path.join(tmp, f"k{workers}-{k}"), workers),
+                len(small),
+                len(large),
+                mb_per_image,
+            ),
+            (
+                "EncodeExample Image re-encode JPEG 224 -> sink",
+                lambda k: beam_encode(by_len[k], jpeg, os.path.join(tmp, f"j{workers}-{k}"), workers),
+                len(small),
+                len(large),
+                mb_per_image,
+            ),
+            (
+                "split read -> DecodeExample (JPEG -> array)",
+                lambda k: beam_decode(os.path.join(tmp, f"dec{k}.tfrecord"), keep, workers),
+                len(small),
+                len(large),
+                mb_per_image,
+            ),
+            (
+                "EncodeExample Audio(16 kHz, mono) -> sink [audio s/s]",
+                lambda k: beam_encode(
+                    a_by_len[k],
+                    {"audio": Audio(sample_rate=16000, mono=True)},
+                    os.path.join(tmp, f"a{workers}-{k}"),
+                    workers,
+                ),
+                len(a_small),
+                len(a_large),
+                None,
+            ),
         ]
         for name, run, lo, hi, mb_each in cases:
             rate, startup = marginal(run, lo, hi)

@@ -74,8 +74,13 @@ WRITE_BATCH = 64
 def dataset_shard_name(name: str, split: str, shard: int, num_shards: int, compression: str) -> str:
     """A built dataset's shard file name, TFDS's: ``<name>-<split>.tfrecord-00000-of-00004[.gz]``
     (the sink's :func:`~tfrecord_io.beam_sink.shard_name` with its default template)."""
-    return shard_name(f"{name}-{split}.tfrecord", files.compression_suffix(compression),
-                      DEFAULT_SHARD_NAME_TEMPLATE, shard, num_shards)
+    return shard_name(
+        f"{name}-{split}.tfrecord",
+        files.compression_suffix(compression),
+        DEFAULT_SHARD_NAME_TEMPLATE,
+        shard,
+        num_shards,
+    )
 
 
 @dataclass
@@ -104,8 +109,15 @@ def write_task_files(tasks: List[ShardTask], version_dir: str) -> List[Dict[str,
         path = _task_path(version_dir, task.split, task.shard)
         data = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in task.rows).encode("utf-8")
         files.write_bytes(path, data)
-        refs.append({"split": task.split, "shard": task.shard, "num_shards": task.num_shards,
-                     "rows_file": path, "rows": len(task.rows)})
+        refs.append(
+            {
+                "split": task.split,
+                "shard": task.shard,
+                "num_shards": task.num_shards,
+                "rows_file": path,
+                "rows": len(task.rows),
+            }
+        )
     return refs
 
 
@@ -125,8 +137,16 @@ class WriteShard(beam.DoFn):
     (complete before it is visible under its final name), rejected rows kept with their
     reasons; emits the shard's metadata, also stored under ``_shards/`` for the launcher."""
 
-    def __init__(self, version_dir: str, name: str, compression: str, write_index: bool,
-                 encoders: Dict[str, Any], sources: Dict[str, str], progress_dir: Optional[str]):
+    def __init__(
+        self,
+        version_dir: str,
+        name: str,
+        compression: str,
+        write_index: bool,
+        encoders: Dict[str, Any],
+        sources: Dict[str, str],
+        progress_dir: Optional[str],
+    ):
         self._dir = version_dir
         self._name = name
         self._compression = compression
@@ -172,7 +192,9 @@ class WriteShard(beam.DoFn):
             yield data
 
     def _write(self, task: ShardTask) -> Dict[str, Any]:
-        relpath = f"{task.split}/{dataset_shard_name(self._name, task.split, task.shard, task.num_shards, self._compression)}"
+        relpath = (
+            f"{task.split}/{dataset_shard_name(self._name, task.split, task.shard, task.num_shards, self._compression)}"
+        )
         final = files.join(self._dir, relpath)
         index_path = index_path_for(final) if self._write_index else None
         if not files.is_remote(final):
@@ -211,7 +233,9 @@ class WriteShard(beam.DoFn):
             "sha256": dataset_dir.sha256_file(final),
             "rejected": sorted(rejected),
         }
-        files.write_bytes(files.join(self._dir, META_DIR, f"{task.split}-{task.shard:05d}.json"), json.dumps(meta).encode())
+        files.write_bytes(
+            files.join(self._dir, META_DIR, f"{task.split}-{task.shard:05d}.json"), json.dumps(meta).encode()
+        )
         return meta
 
 
@@ -235,8 +259,10 @@ class BuildSummary:
             acc[1] += s["bytes"]
             acc[2] += 1
         if self.reused:
-            head = (f"version {self.version} at {self.version_dir} was already built from the same config and inputs: "
-                    f"verified {len(self.shards)} shards, nothing rewritten ({self.seconds:.1f}s)")
+            head = (
+                f"version {self.version} at {self.version_dir} was already built from the same config and inputs: "
+                f"verified {len(self.shards)} shards, nothing rewritten ({self.seconds:.1f}s)"
+            )
         else:
             head = f"build finished in {self.seconds:.1f}s: version {self.version} at {self.version_dir}"
         out = [head, f"rows in: {self.rows_in}   written: {self.written}   rejected: {self.rejected}"]
@@ -247,7 +273,9 @@ class BuildSummary:
         return out
 
 
-def resolve_auto_vocabularies(columns: Dict[str, Dict[str, Any]], sources: Dict[str, str], rows: List[Dict[str, Any]]) -> None:
+def resolve_auto_vocabularies(
+    columns: Dict[str, Dict[str, Any]], sources: Dict[str, str], rows: List[Dict[str, Any]]
+) -> None:
     """``vocabulary: auto`` -> the sorted distinct values of the column, so label ids
     are the same on every rerun over the same inputs (and recorded in dataset_info.json)."""
     for name, settings in columns.items():
@@ -262,7 +290,9 @@ def feature_spec(encoders: Dict[str, Any]) -> Dict[str, Any]:
     return {s.key: s.to_dict() for s in check_spec(encoders)}
 
 
-def input_fingerprint(cfg: Dict[str, Any], rows: List[Dict[str, Any]], media: Dict[str, Optional[Tuple[int, float]]]) -> str:
+def input_fingerprint(
+    cfg: Dict[str, Any], rows: List[Dict[str, Any]], media: Dict[str, Optional[Tuple[int, float]]]
+) -> str:
     """SHA-256 of what decides a build's content: the config (without where it is
     written and which runner runs it), the manifest rows, and each media file's size
     and modification time. A file rewritten in place with the same size and time is
@@ -272,9 +302,13 @@ def input_fingerprint(cfg: Dict[str, Any], rows: List[Dict[str, Any]], media: Di
     settings.get("output", {}).pop("version", None)
     settings.get("output", {}).pop("dir", None)
     canonical = json.dumps(
-        {"config": settings, "rows": sorted(json.dumps(r, sort_keys=True, default=str) for r in rows),
-         "media": sorted([p, v] for p, v in media.items())},
-        sort_keys=True, default=str,
+        {
+            "config": settings,
+            "rows": sorted(json.dumps(r, sort_keys=True, default=str) for r in rows),
+            "media": sorted([p, v] for p, v in media.items()),
+        },
+        sort_keys=True,
+        default=str,
     )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
@@ -293,9 +327,16 @@ def _row_bytes(row: Dict[str, Any], media_cols: List[str], media: Dict[str, Opti
     return size
 
 
-def plan_shards(rows: List[Dict[str, Any]], key_column: Optional[str], cutoffs, seed: int,
-                num_shards: Optional[int], target_shard_bytes: int, media_cols: List[str],
-                media: Dict[str, Optional[Tuple[int, float]]]) -> List[ShardTask]:
+def plan_shards(
+    rows: List[Dict[str, Any]],
+    key_column: Optional[str],
+    cutoffs,
+    seed: int,
+    num_shards: Optional[int],
+    target_shard_bytes: int,
+    media_cols: List[str],
+    media: Dict[str, Optional[Tuple[int, float]]],
+) -> List[ShardTask]:
     """Every row's split, shard and position from hashes of its key; one task per shard
     (empty shards too), rows sorted by shuffle hash (ties: the row's content)."""
     placed = []
@@ -320,7 +361,9 @@ def plan_shards(rows: List[Dict[str, Any]], key_column: Optional[str], cutoffs, 
     return sorted(tasks.values(), key=lambda t: (-t.estimated_bytes, -len(t.rows), t.split, t.shard))
 
 
-def _claim_version(out_dir: str, requested: str, fingerprint: str, log) -> Tuple[Dict[str, Any], Optional[dataset_dir.BuildClaim]]:
+def _claim_version(
+    out_dir: str, requested: str, fingerprint: str, log
+) -> Tuple[Dict[str, Any], Optional[dataset_dir.BuildClaim]]:
     auto = requested in ("", "auto", None)
     version = dataset_dir.new_version_name(requested)
     for _ in range(5):
@@ -376,13 +419,27 @@ def plan_build(cfg: Dict[str, Any]) -> BuildPlan:
     dataset_dir.check_output_dir(out_dir, name, spec)
     compression = files.normalize_compression(cfg["output"]["compression"] or None)
     cutoffs = splits.split_cutoffs({k: v for k, v in cfg["splits"].items() if v > 0})
-    tasks = plan_shards(rows, key_column, cutoffs, cfg["seed"], cfg["sharding"].get("num_shards"),
-                        cfg["sharding"]["target_shard_bytes"], media_sources, media)
+    tasks = plan_shards(
+        rows,
+        key_column,
+        cutoffs,
+        cfg["seed"],
+        cfg["sharding"].get("num_shards"),
+        cfg["sharding"]["target_shard_bytes"],
+        media_sources,
+        media,
+    )
     return BuildPlan(name, out_dir, rows, sources, encoders, spec, compression, fingerprint, tasks)
 
 
-def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print,
-              on_version: Optional[Callable[[str], None]] = None, workers=None) -> BuildSummary:
+def run_build(
+    cfg: Dict[str, Any],
+    options,
+    progress: bool = True,
+    log=print,
+    on_version: Optional[Callable[[str], None]] = None,
+    workers=None,
+) -> BuildSummary:
     """Plan (:func:`plan_build`), claim a version, run the pipeline, write
     ``dataset_info.json`` and publish; an unfinished version is removed on failure.
 
@@ -426,8 +483,10 @@ def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print,
                 f"could not remove the unfinished version {version_dir} ({cleanup_err}); "
                 f"readers ignore it (no {dataset_dir.INFO_NAME})"
             )
-        log(f"build failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); {state}; "
-            f"LATEST still names {dataset_dir.read_latest(out_dir) or 'nothing'}")
+        log(
+            f"build failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); {state}; "
+            f"LATEST still names {dataset_dir.read_latest(out_dir) or 'nothing'}"
+        )
         raise
     claim.release()
     dataset_dir.publish(out_dir, version)
@@ -447,8 +506,9 @@ def run_build(cfg: Dict[str, Any], options, progress: bool = True, log=print,
     )
 
 
-def _dataset_info(cfg: Dict[str, Any], plan: BuildPlan, version: str, shards: List[Dict[str, Any]],
-                  rejected: int) -> Dict[str, Any]:
+def _dataset_info(
+    cfg: Dict[str, Any], plan: BuildPlan, version: str, shards: List[Dict[str, Any]], rejected: int
+) -> Dict[str, Any]:
     """``dataset_info.json`` of a finished version: what readers and reruns go by."""
     return {
         "name": plan.name,
@@ -469,8 +529,15 @@ def _dataset_info(cfg: Dict[str, Any], plan: BuildPlan, version: str, shards: Li
     }
 
 
-def _run_pipeline(plan: BuildPlan, refs: List[Dict[str, Any]], version_dir: str, write_index: bool, options,
-                  progress: bool, workers=None) -> None:
+def _run_pipeline(
+    plan: BuildPlan,
+    refs: List[Dict[str, Any]],
+    version_dir: str,
+    write_index: bool,
+    options,
+    progress: bool,
+    workers=None,
+) -> None:
     """The Beam job: each shard task (``refs``, see :func:`write_task_files`) encoded
     and written where it lands, shard files and their metadata under ``version_dir``."""
     runner = None
@@ -484,8 +551,9 @@ def _run_pipeline(plan: BuildPlan, refs: List[Dict[str, Any]], version_dir: str,
         raise
 
 
-def _run_shard_tasks(plan: BuildPlan, refs: List[Dict[str, Any]], version_dir: str, write_index: bool, options,
-                     progress: bool, runner) -> None:
+def _run_shard_tasks(
+    plan: BuildPlan, refs: List[Dict[str, Any]], version_dir: str, write_index: bool, options, progress: bool, runner
+) -> None:
     with ProgressPrinter("build", enabled=progress, rate_stage="encoded", total=len(plan.rows)) as bar:
         with beam.Pipeline(runner=runner, options=options) as p:
             (
@@ -493,14 +561,18 @@ def _run_shard_tasks(plan: BuildPlan, refs: List[Dict[str, Any]], version_dir: s
                 # Typed KV[Any, Any]: coded by Beam's deterministic FastPrimitivesCoder,
                 # opaque bytes to the runner (Prism 2.62 cannot decode Python-specific
                 # composite coders at a GroupByKey, apache/beam#32636).
-                | "ShardTasks" >> beam.Create(list(enumerate(refs)), reshuffle=False).with_output_types(
+                | "ShardTasks"
+                >> beam.Create(list(enumerate(refs)), reshuffle=False).with_output_types(
                     beam.typehints.KV[beam.typehints.Any, beam.typehints.Any]
                 )
                 # Keyed by task number and grouped: the runner deals the tasks out to
                 # its workers in that (largest-first) order.
                 | "SpreadTasks" >> beam.GroupByKey()
-                | "EncodeAndWrite" >> beam.ParDo(
-                    WriteShard(version_dir, plan.name, plan.compression, write_index, plan.encoders, plan.sources, bar.dir)
+                | "EncodeAndWrite"
+                >> beam.ParDo(
+                    WriteShard(
+                        version_dir, plan.name, plan.compression, write_index, plan.encoders, plan.sources, bar.dir
+                    )
                 )
                 | "CountShards" >> beam.ParDo(CountProgress(bar.dir, "shards"))
             )

@@ -24,7 +24,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="do not print progress lines while running")
     parser.add_argument("--runner-config", metavar="YAML", help="a runner config (configs/flink.yaml ...) to run on")
     parser.add_argument(
-        "-v", "--verbose", action="store_true", help="also show Beam's and the workers' log messages and tracebacks here"
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also show Beam's and the workers' log messages and tracebacks here",
     )
     parser.add_argument(
         "--log-file",
@@ -62,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--output", help="override output.dir")
     b.add_argument("--version", help="override output.version (default: a UTC timestamp)")
     b.add_argument("--num-shards", type=int, help="override sharding.num_shards")
-    b.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any config field, e.g. --set seed=3")
+    b.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override any config field, e.g. --set seed=3"
+    )
     _common(b)
 
     v = sub.add_parser(
@@ -120,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     r.add_argument("paths", nargs="+", help="input files, patterns or a dataset directory")
-    r.add_argument("--output", required=True, help="output prefix, e.g. out/data (shards: out/data-00000-of-00008.tfrecord)")
+    r.add_argument(
+        "--output", required=True, help="output prefix, e.g. out/data (shards: out/data-00000-of-00008.tfrecord)"
+    )
     r.add_argument("--num-shards", type=int, default=0, help="number of output shards (0: let the runner decide)")
     r.add_argument("--compression", default="", choices=["", "none", "gzip", "zlib"], help="output compression")
     r.add_argument("--where", metavar="FEATURE=VALUE", help="keep only records whose feature has this value")
@@ -143,7 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("paths", nargs="+", help="a dataset root (follows LATEST), a version directory, or file patterns")
     rp.add_argument("--output", required=True, help="the HTML file to write (any Beam filesystem)")
     rp.add_argument("--split", action="append", metavar="S", help="only this split (repeatable; default: all)")
-    rp.add_argument("--samples", type=int, default=6, metavar="N", help="samples per split, and per label for labelled data (default 6)")
+    rp.add_argument(
+        "--samples",
+        type=int,
+        default=6,
+        metavar="N",
+        help="samples per split, and per label for labelled data (default 6)",
+    )
     rp.add_argument("--validation", metavar="JSON", help="a `tfrecord-io validate --report` file to show")
     _common(rp)
     return parser
@@ -152,8 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
 READ_ONLY_STATE = {
     "inspect": ["nothing was written (inspect only reads)"],
     "validate": ["nothing was written (a --report is written only when validation completes)"],
-    "index": ["indexes are written one by one, each under a temporary name then renamed: "
-              "those done are whole, the others unchanged"],
+    "index": [
+        "indexes are written one by one, each under a temporary name then renamed: "
+        "those done are whole, the others unchanged"
+    ],
 }
 
 

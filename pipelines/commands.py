@@ -46,8 +46,13 @@ def cmd_build(args, beam_flags: List[str]) -> int:
     # launcher plans (pipelines/local_workers.py); other runners start their own.
     workers = fork_workers(options, preload=("transforms.rows",))
     with workers or contextlib.nullcontext():
-        summary = run_build(cfg, options, progress=not args.no_progress and is_local(flags),
-                            on_version=args.failure_state.claimed, workers=workers)
+        summary = run_build(
+            cfg,
+            options,
+            progress=not args.no_progress and is_local(flags),
+            on_version=args.failure_state.claimed,
+            workers=workers,
+        )
     print("\n".join(summary.lines()))
     return 0
 
@@ -71,7 +76,10 @@ def cmd_index(args, beam_flags: List[str]) -> int:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
         if r.get("error"):
             print(f"  {r['path']}: {r['state']}: {r['error']}", file=sys.stderr)
-    print(f"index: {len(results)} files in {bar.elapsed:.1f}s: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    print(
+        f"index: {len(results)} files in {bar.elapsed:.1f}s: "
+        + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+    )
     return 1 if counts.get("corrupt") else 0
 
 
@@ -81,8 +89,12 @@ def cmd_validate(args, beam_flags: List[str]) -> int:
     from .validate import run_validate, summary_lines
 
     flags = command_flags(args.runner_config, beam_flags)
-    report = run_validate(args.paths, PipelineOptions(flags), checksums=not args.no_checksums,
-                          progress=not args.no_progress and is_local(flags))
+    report = run_validate(
+        args.paths,
+        PipelineOptions(flags),
+        checksums=not args.no_checksums,
+        progress=not args.no_progress and is_local(flags),
+    )
     if args.report:
         with open(args.report, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2, sort_keys=True)
@@ -99,7 +111,9 @@ def cmd_inspect(args, beam_flags: List[str]) -> int:
 
     flags = command_flags(args.runner_config, beam_flags)
     try:
-        result = run_inspect(args.paths, PipelineOptions(flags), args.head, progress=not args.no_progress and is_local(flags))
+        result = run_inspect(
+            args.paths, PipelineOptions(flags), args.head, progress=not args.no_progress and is_local(flags)
+        )
     except FileNotFoundError as err:
         print(f"tfrecord-io inspect: {err}", file=sys.stderr)
         return 2
@@ -123,13 +137,23 @@ def cmd_reshard(args, beam_flags: List[str]) -> int:
     flags = command_flags(args.runner_config, beam_flags)
     compression = "" if args.compression in ("", "none") else args.compression
     try:
-        result = run_reshard(args.paths, args.output, PipelineOptions(flags), args.num_shards, compression, where,
-                             not args.no_index, progress=not args.no_progress and is_local(flags))
+        result = run_reshard(
+            args.paths,
+            args.output,
+            PipelineOptions(flags),
+            args.num_shards,
+            compression,
+            where,
+            not args.no_index,
+            progress=not args.no_progress and is_local(flags),
+        )
     except FileNotFoundError as err:
         print(f"tfrecord-io reshard: {err}", file=sys.stderr)
         return 2
-    print(f"resharded {len(result['inputs'])} files into {len(result['shards'])} shards, "
-          f"{result['records']:,} records in {result['seconds']:.1f}s")
+    print(
+        f"resharded {len(result['inputs'])} files into {len(result['shards'])} shards, "
+        f"{result['records']:,} records in {result['seconds']:.1f}s"
+    )
     for s in result["shards"]:
         print(f"  {s['records']:>10,}  {s['path']}")
     return 0
@@ -142,9 +166,15 @@ def cmd_report(args, beam_flags: List[str]) -> int:
 
     flags = command_flags(args.runner_config, beam_flags)
     try:
-        summary = run_report(args.paths, PipelineOptions(flags), args.output, splits=args.split or None,
-                             samples=args.samples, validation=args.validation,
-                             progress=not args.no_progress and is_local(flags))
+        summary = run_report(
+            args.paths,
+            PipelineOptions(flags),
+            args.output,
+            splits=args.split or None,
+            samples=args.samples,
+            validation=args.validation,
+            progress=not args.no_progress and is_local(flags),
+        )
     except (FileNotFoundError, ImportError) as err:
         print(f"tfrecord-io report: {err}", file=sys.stderr)
         return 2
@@ -206,8 +236,10 @@ class BuildState:
         if not files.list_prefix(version_dir):
             lines.append(f"partial output {version_dir} removed")
         elif load_info(version_dir) is None:
-            lines.append(f"partial output left in {version_dir} (no dataset_info.json: no reader takes it; "
-                         "a rerun with the same --version removes it)")
+            lines.append(
+                f"partial output left in {version_dir} (no dataset_info.json: no reader takes it; "
+                "a rerun with the same --version removes it)"
+            )
         else:
             lines.append(f"{version_dir} is complete (dataset_info.json written) but LATEST was not moved to it")
         return lines

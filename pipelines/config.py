@@ -71,7 +71,14 @@ ENCODER_NAMES = ("image", "audio", "text", "int", "float", "label", "array", "by
 
 
 def _type_name(types: tuple) -> str:
-    names = {int: "an integer", float: "a number", str: "a string", bool: "true/false", dict: "a mapping", list: "a list"}
+    names = {
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        bool: "true/false",
+        dict: "a mapping",
+        list: "a list",
+    }
     return " or ".join(names.get(t, t.__name__) for t in types)
 
 

@@ -181,7 +181,9 @@ class BuildClaim:
                 time.sleep(CLAIM_SETTLE_S)
                 holder = read_marker(self.version_dir)
                 if not holder or holder.get("run_id") != self.run_id:
-                    raise VersionTaken(f"version {self.version_dir} is being built by another run ({_describe(holder)})")
+                    raise VersionTaken(
+                        f"version {self.version_dir} is being built by another run ({_describe(holder)})"
+                    )
             else:
                 os.makedirs(self.version_dir, exist_ok=True)
                 try:

@@ -26,8 +26,9 @@ def _show(value) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", default="demo-output", help="working directory (default ./demo-output)")
     parser.add_argument("--rows", type=int, default=48, help="how many media rows to generate")
     args, beam_flags = parser.parse_known_args(argv)

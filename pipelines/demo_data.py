@@ -28,7 +28,14 @@ def _image(label: str, index: int, size: int = 64):
     from PIL import Image, ImageDraw
 
     ramp = np.linspace(40, 200, size, dtype=np.uint8)
-    base = np.stack([np.tile(ramp, (size, 1)), np.tile(ramp[:, None], (1, size)), np.full((size, size), (index * 37) % 255, np.uint8)], axis=-1)
+    base = np.stack(
+        [
+            np.tile(ramp, (size, 1)),
+            np.tile(ramp[:, None], (1, size)),
+            np.full((size, size), (index * 37) % 255, np.uint8),
+        ],
+        axis=-1,
+    )
     img = Image.fromarray(base, "RGB")
     draw = ImageDraw.Draw(img)
     m = 8 + index % 8
@@ -60,18 +67,34 @@ def make_demo_media(root: str, rows: int = 48, broken: bool = True) -> str:
         label = CLASSES[i % len(CLASSES)]
         image_name = f"media/img_{i:04d}.{'png' if i % 4 == 0 else 'jpg'}"
         img = _image(label, i)
-        img.save(os.path.join(root, image_name), quality=90) if image_name.endswith("jpg") else img.save(os.path.join(root, image_name))
+        img.save(os.path.join(root, image_name), quality=90) if image_name.endswith("jpg") else img.save(
+            os.path.join(root, image_name)
+        )
         audio_name = f"media/clip_{i:04d}.{'flac' if i % 3 == 0 else 'wav'}"
         rate = (16000, 22050, 44100)[i % 3]
         sf.write(os.path.join(root, audio_name), _audio(label, i, rate), rate)
-        records.append({"id": f"demo-{i:04d}", "image": image_name, "audio": audio_name,
-                        "caption": CAPTIONS[label][i % 4], "label": label})
+        records.append(
+            {
+                "id": f"demo-{i:04d}",
+                "image": image_name,
+                "audio": audio_name,
+                "caption": CAPTIONS[label][i % 4],
+                "label": label,
+            }
+        )
     if broken:
         good = open(os.path.join(root, records[1]["image"]), "rb").read()
         with open(os.path.join(root, "media", "broken.jpg"), "wb") as f:
             f.write(good[: len(good) // 3])  # a truncated JPEG: rejected with its reason
-        records.append({"id": "demo-broken", "image": "media/broken.jpg", "audio": records[0]["audio"],
-                        "caption": "this row's image is truncated on purpose", "label": "circle"})
+        records.append(
+            {
+                "id": "demo-broken",
+                "image": "media/broken.jpg",
+                "audio": records[0]["audio"],
+                "caption": "this row's image is truncated on purpose",
+                "label": "circle",
+            }
+        )
     manifest = os.path.join(root, "manifest.csv")
     with open(manifest, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=["id", "image", "audio", "caption", "label"])

@@ -48,7 +48,9 @@ EXIT_MEANINGS = {
 }
 
 # "module.Name: message" lines of a formatted traceback
-_EXCEPTION_LINE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)): (?P<message>.*\S)\s*$", re.M)
+_EXCEPTION_LINE = re.compile(
+    r"^(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)): (?P<message>.*\S)\s*$", re.M
+)
 _STEP = re.compile(r" ?\[while running '(?P<step>[^']+)'\]")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)', re.M)
 _OUR_PACKAGES = ("tfrecord_io", "pipelines", "transforms")
@@ -59,12 +61,19 @@ _TELLING = re.compile(
     r"PermissionError|IsADirectoryError|NotADirectoryError|FileExistsError|MemoryError)$"
 )
 _WRAPPERS = {"RuntimeError", "Exception"}
-_CLI_FILES = {"pipelines/cli.py", "pipelines/commands.py", "pipelines/__main__.py", "pipelines/failures.py"}  # what runners wrap a worker's error in
+_CLI_FILES = {
+    "pipelines/cli.py",
+    "pipelines/commands.py",
+    "pipelines/__main__.py",
+    "pipelines/failures.py",
+}  # what runners wrap a worker's error in
 
 
 def default_log_dir() -> str:
     """``$TFRECORD_IO_LOG_DIR``, else ``~/.cache/tfrecord-io/logs``."""
-    return os.environ.get("TFRECORD_IO_LOG_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tfrecord-io", "logs")
+    return os.environ.get("TFRECORD_IO_LOG_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "tfrecord-io", "logs"
+    )
 
 
 @dataclass
@@ -318,7 +327,9 @@ class JobLog:
         self.verbose = verbose
         self.requested = path is not None
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        self.path = os.path.abspath(path) if path else os.path.join(default_log_dir(), f"{command}-{stamp}-{os.getpid()}.log")
+        self.path = (
+            os.path.abspath(path) if path else os.path.join(default_log_dir(), f"{command}-{stamp}-{os.getpid()}.log")
+        )
         self.terminal: IO[str] = sys.stderr
         self.keep = self.requested
         self._file: Optional[IO[str]] = None
@@ -338,9 +349,10 @@ class JobLog:
         if args.exc_value is not None:
             self.thread_errors.append(args.exc_value)
         name = getattr(args.thread, "name", "?")
-        self.record(f"Exception in thread {name}:\n" + "".join(
-            traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)
-        ))
+        self.record(
+            f"Exception in thread {name}:\n"
+            + "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
+        )
         death = worker_death(args.exc_value) if args.exc_value is not None else None
         if death and not self.stopping and self._worker_death is None:
             self._worker_death = death

@@ -62,7 +62,9 @@ class IndexFile(beam.DoFn):
         yield status
 
 
-def run_index(paths: List[str], options, force: bool = False, progress_dir: Optional[str] = None) -> List[Dict[str, Any]]:
+def run_index(
+    paths: List[str], options, force: bool = False, progress_dir: Optional[str] = None
+) -> List[Dict[str, Any]]:
     """Run the index pipeline; returns one status dict per file, sorted by path."""
     from .collect import ResultDir
     from .progress import CountProgress

@@ -26,8 +26,13 @@ def dataset_target(paths: List[str]) -> Tuple[Optional[str], Optional[Dict[str, 
 
 
 def _tfrecord_files(names: Iterable[str]) -> List[str]:
-    return [p for p in names if ".tfrecord" in p.rsplit("/", 1)[-1]
-            and not p.endswith((*INDEX_SUFFIXES, ".tmp")) and not p.rsplit("/", 1)[-1].startswith((".", "_"))]
+    return [
+        p
+        for p in names
+        if ".tfrecord" in p.rsplit("/", 1)[-1]
+        and not p.endswith((*INDEX_SUFFIXES, ".tmp"))
+        and not p.rsplit("/", 1)[-1].startswith((".", "_"))
+    ]
 
 
 def expand_patterns(patterns: Iterable[str]) -> List[str]:

@@ -53,7 +53,9 @@ class StatsFn(beam.CombineFn):
             acc["errors"] += 1
             return acc
         for key, (kind, length) in item["features"].items():
-            f = acc["features"].setdefault(key, {"types": {}, "count": 0, "min_len": length, "max_len": length, "sum_len": 0})
+            f = acc["features"].setdefault(
+                key, {"types": {}, "count": 0, "min_len": length, "max_len": length, "sum_len": 0}
+            )
             f["types"][kind] = f["types"].get(kind, 0) + 1
             f["count"] += 1
             f["min_len"] = min(f["min_len"], length)
@@ -194,8 +196,13 @@ def run_inspect(paths: List[str], options, head: int = 3, progress: bool = True)
         "records": stats["records"],
         "not_examples": stats["errors"],
         "features": {
-            k: {"types": f["types"], "present_in": f["count"], "min_len": f["min_len"], "max_len": f["max_len"],
-                "mean_len": round(f["sum_len"] / f["count"], 3) if f["count"] else 0}
+            k: {
+                "types": f["types"],
+                "present_in": f["count"],
+                "min_len": f["min_len"],
+                "max_len": f["max_len"],
+                "mean_len": round(f["sum_len"] / f["count"], 3) if f["count"] else 0,
+            }
             for k, f in sorted(stats["features"].items())
         },
         "inferred_spec": inferred_spec(stats),
@@ -205,8 +212,10 @@ def run_inspect(paths: List[str], options, head: int = 3, progress: bool = True)
 
 
 def summary_lines(result: Dict[str, Any]) -> List[str]:
-    lines = [f"{len(result['files'])} files, {result['records']:,} records"
-             + (f" ({result['not_examples']} not Examples)" if result["not_examples"] else "")]
+    lines = [
+        f"{len(result['files'])} files, {result['records']:,} records"
+        + (f" ({result['not_examples']} not Examples)" if result["not_examples"] else "")
+    ]
     for path, n in result["files"].items():
         lines.append(f"  {n:>10,}  {path}")
     lines.append("features:")

@@ -85,7 +85,9 @@ def resolve_paths(rows: Iterable[Dict[str, Any]], columns: Iterable[str], base_d
                     row[col] = os.path.normpath(os.path.join(base_dir, value))
 
 
-def read_directory(root: str, pattern: str = "*", path_column: str = "path", label_column: str = "label") -> List[Dict[str, Any]]:
+def read_directory(
+    root: str, pattern: str = "*", path_column: str = "path", label_column: str = "label"
+) -> List[Dict[str, Any]]:
     """Rows ``{path, label}`` from a ``root/<label>/<file>`` tree, sorted for determinism."""
     if not os.path.isdir(root):
         raise InputError(f"input directory {root} does not exist")
@@ -128,7 +130,10 @@ def load_rows(input_cfg: Dict[str, Any], media_columns: Iterable[str], needed: I
         check_columns(rows, needed, f"manifest {path}")
         return rows
     rows = read_directory(
-        input_cfg["directory"], input_cfg.get("glob", "*"), input_cfg.get("path_column", "path"), input_cfg.get("label_column", "label")
+        input_cfg["directory"],
+        input_cfg.get("glob", "*"),
+        input_cfg.get("path_column", "path"),
+        input_cfg.get("label_column", "label"),
     )
     check_columns(rows, needed, f"directory {input_cfg['directory']}")
     return rows

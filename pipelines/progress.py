@@ -81,8 +81,15 @@ class ProgressPrinter:
     """Context manager: a temporary progress directory and a thread that prints
     ``label: stage N (rate/s) | ...`` lines while the block runs."""
 
-    def __init__(self, label: str, enabled: bool = True, interval: float = 2.0, stream: Optional[TextIO] = None,
-                 rate_stage: Optional[str] = None, total: Optional[int] = None):
+    def __init__(
+        self,
+        label: str,
+        enabled: bool = True,
+        interval: float = 2.0,
+        stream: Optional[TextIO] = None,
+        rate_stage: Optional[str] = None,
+        total: Optional[int] = None,
+    ):
         self.label = label
         self.enabled = enabled
         self.interval = interval

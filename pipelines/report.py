@@ -75,8 +75,10 @@ class ReportSummary(NamedTuple):
 
     def lines(self) -> List[str]:
         parts = ", ".join(f"{split} {n:,}" for split, n in self.splits.items())
-        return [f"report: {self.output} ({self.bytes / 1024:,.0f} KiB) in {self.seconds:.1f}s: "
-                f"records {parts}; {self.samples} samples; {self.rejected_groups} rejection reason(s)"]
+        return [
+            f"report: {self.output} ({self.bytes / 1024:,.0f} KiB) in {self.seconds:.1f}s: "
+            f"records {parts}; {self.samples} samples; {self.rejected_groups} rejection reason(s)"
+        ]
 
 
 # --------------------------------------------------------------------------- input
@@ -118,8 +120,11 @@ def resolve_input(paths: Sequence[str], splits: Optional[Sequence[str]] = None) 
                 raise ReportError(str(err)) from None  # a dataset, but not a whole one
             version_dir = None  # a directory of TFRecord files
     if info is not None:
-        shards = [Shard(split, files.join(version_dir, s["path"]), s["path"])
-                  for split, entry in sorted(info.get("splits", {}).items()) for s in entry.get("shards", [])]
+        shards = [
+            Shard(split, files.join(version_dir, s["path"]), s["path"])
+            for split, entry in sorted(info.get("splits", {}).items())
+            for s in entry.get("shards", [])
+        ]
         rejected = files.glob(files.join(version_dir, "rejected-*.jsonl"))
     else:
         found: List[str] = []
@@ -194,8 +199,15 @@ def _check_output(output: str) -> None:
 # --------------------------------------------------------------------------- run
 
 
-def run_report(paths: Sequence[str], options, output: str, splits: Optional[Sequence[str]] = None,
-               samples: int = DEFAULT_SAMPLES, validation: Optional[str] = None, progress: bool = True) -> ReportSummary:
+def run_report(
+    paths: Sequence[str],
+    options,
+    output: str,
+    splits: Optional[Sequence[str]] = None,
+    samples: int = DEFAULT_SAMPLES,
+    validation: Optional[str] = None,
+    progress: bool = True,
+) -> ReportSummary:
     """Resolve the input, run the statistics job, write the page."""
     from apache_beam.io.filesystems import FileSystems
 
@@ -211,8 +223,15 @@ def run_report(paths: Sequence[str], options, output: str, splits: Optional[Sequ
     columns = _columns(inp)
     config = (inp.info or {}).get("config")
     key_column = config.get("key") if isinstance(config, dict) else None  # names rejected rows
-    result = run_stats_job(inp.shards, columns, options, samples=max(samples, 1), rejected_paths=inp.rejected,
-                           key_column=key_column, progress=progress)
+    result = run_stats_job(
+        inp.shards,
+        columns,
+        options,
+        samples=max(samples, 1),
+        rejected_paths=inp.rejected,
+        key_column=key_column,
+        progress=progress,
+    )
     if samples == 0:
         result = result._replace(samples={})
     page = render_page(inp, columns, result, validation_report)
@@ -234,8 +253,9 @@ def write_build_report(version_dir: str, options, progress: bool = True) -> Repo
     try:
         return run_report([version_dir], options, files.join(version_dir, REPORT_NAME), progress=progress)
     except Exception as err:  # broad: reported with what state the build left
-        raise ReportError(f"version {version_dir} is built and published, but writing its report failed: "
-                          f"{type(err).__name__}: {err}") from err
+        raise ReportError(
+            f"version {version_dir} is built and published, but writing its report failed: {type(err).__name__}: {err}"
+        ) from err
 
 
 # --------------------------------------------------------------------------- the page
@@ -259,6 +279,7 @@ def _mb(n: int) -> str:
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "") -> str:
     """Cells are escaped unless they are already markup (``_Markup``)."""
+
     def cell(v: Any) -> str:
         return v.html if isinstance(v, _Markup) else _e(v)
 
@@ -318,8 +339,10 @@ def _summary(inp: ReportInput, result: JobResult, columns: List[ReportColumn]) -
     rows.append([_Markup("<b>total</b>"), f"{total[0]:,}", total[1], _mb(total[2])])
     out.append(_table(["split", "records", "shards", "size"], rows, "split-table"))
     if info:
-        out.append(f'<p class="counts">rows in: <b>{_num(info.get("rows_in"))}</b> &middot; written: '
-                   f'<b>{_num(info.get("records"))}</b> &middot; rejected: <b>{_num(info.get("rejected"))}</b></p>')
+        out.append(
+            f'<p class="counts">rows in: <b>{_num(info.get("rows_in"))}</b> &middot; written: '
+            f"<b>{_num(info.get('records'))}</b> &middot; rejected: <b>{_num(info.get('rejected'))}</b></p>"
+        )
     label = label_column(columns)
     if label is not None and result.splits:
         splits = split_order(result.splits)
@@ -335,7 +358,7 @@ def _summary(inp: ReportInput, result: JobResult, columns: List[ReportColumn]) -
                     share = 100.0 * n / max(sum(counts[s].values()), 1)
                     cells.append(f"{n:,} ({share:.0f}%)")
                 table_rows.append(cells)
-            out.append('<h3>Labels per split</h3>' + _table(head, table_rows, "label-table"))
+            out.append("<h3>Labels per split</h3>" + _table(head, table_rows, "label-table"))
     out.append("</section>")
     return "".join(out)
 
@@ -355,8 +378,10 @@ def _spread(h: Dict[str, Any], title: str, unit: str, what: str = "") -> str:
         return f"<p>{_e(what)} no finite values{nonfinite}</p>"
     if h["min"] == h["max"]:
         return f"<p>{_e(what)} all {_num(h['min'])}{unit_text}{nonfinite}</p>"
-    return (f"<p>{_e(what)} {_num(h['min'])} .. {_num(h['max'])}{unit_text}, mean {_num(h['mean'])}{nonfinite}</p>"
-            + _img(histogram_chart(h, title, unit), title))
+    return (
+        f"<p>{_e(what)} {_num(h['min'])} .. {_num(h['max'])}{unit_text}, mean {_num(h['mean'])}{nonfinite}</p>"
+        + _img(histogram_chart(h, title, unit), title)
+    )
 
 
 def _column_panels(split: str, stats: Dict[str, Any], columns: List[ReportColumn]) -> str:
@@ -374,7 +399,9 @@ def _column_panels(split: str, stats: Dict[str, Any], columns: List[ReportColumn
             ordered = sorted(col["ids"].items(), key=lambda kv: int(kv[0]))
             shown, more = (ordered, 0) if len(ordered) <= MAX_LABEL_BARS else top_items(col["ids"], MAX_LABEL_BARS)
             names = [_label_name(c, i) for i, _ in shown]
-            body.append(_img(bar_chart(names, [n for _, n in shown], f"{split}: {c.name}"), f"{c.name} distribution in {split}"))
+            body.append(
+                _img(bar_chart(names, [n for _, n in shown], f"{split}: {c.name}"), f"{c.name} distribution in {split}")
+            )
             if more:
                 body.append(f"<p>{more} more labels not drawn ({len(counts)} in all)</p>")
         elif c.kind == "image":
@@ -383,8 +410,13 @@ def _column_panels(split: str, stats: Dict[str, Any], columns: List[ReportColumn
                 body.append(f"<p>more than {MAX_IMAGE_SIZES} distinct sizes</p>")
             else:
                 top, more = top_items(sizes, 10)
-                body.append(_table(["size (w x h)", "images"], [[k, f"{n:,}"] for k, n in top]
-                                   + ([[f"{more} more sizes", ""]] if more else []), "small"))
+                body.append(
+                    _table(
+                        ["size (w x h)", "images"],
+                        [[k, f"{n:,}"] for k, n in top] + ([[f"{more} more sizes", ""]] if more else []),
+                        "small",
+                    )
+                )
             body.append(_table(["mode", "images"], [[k, f"{n:,}"] for k, n in col["modes"].items()], "small"))
             body.append(_table(["format", "images"], [[k, f"{n:,}"] for k, n in col["formats"].items()], "small"))
             if sizes is None or len(sizes) > 1:
@@ -396,7 +428,9 @@ def _column_panels(split: str, stats: Dict[str, Any], columns: List[ReportColumn
             body.append(_spread(d, f"{split}: {c.name} duration", "seconds", "duration"))
             if d["n"]:
                 body.append(f"<p>total {_num(d['mean'] * d['n'])} seconds</p>")
-            body.append(_table(["sample rate (Hz)", "clips"], [[k, f"{n:,}"] for k, n in col["rates"].items()], "small"))
+            body.append(
+                _table(["sample rate (Hz)", "clips"], [[k, f"{n:,}"] for k, n in col["rates"].items()], "small")
+            )
             body.append(_table(["channels", "clips"], [[k, f"{n:,}"] for k, n in col["channels"].items()], "small"))
         elif c.kind == "text":
             body.append(_spread(col["chars"], f"{split}: {c.name} length", "characters", "length"))
@@ -416,11 +450,16 @@ def _features_table(stats: Dict[str, Any]) -> str:
     for key, f in stats["features"].items():
         kinds = "/".join(sorted(f["types"]))
         rows.append([key, kinds, f"{f['present']:,}", f"{f['min_len']:,} .. {f['max_len']:,}", f"{f['mean_len']:.2f}"])
-    return ('<details><summary>Features: values per record</summary>'
-            + _table(["key", "type", "records with it", "values per record", "mean"], rows, "features") + "</details>")
+    return (
+        "<details><summary>Features: values per record</summary>"
+        + _table(["key", "type", "records with it", "values per record", "mean"], rows, "features")
+        + "</details>"
+    )
 
 
-def _sample_card(record: bytes, relpath: str, offset: int, columns: List[ReportColumn], decoders: Dict[str, Any]) -> str:
+def _sample_card(
+    record: bytes, relpath: str, offset: int, columns: List[ReportColumn], decoders: Dict[str, Any]
+) -> str:
     from transforms import decode_example
 
     from .report_media import audio_picture, thumbnail, wav_clip
@@ -454,7 +493,7 @@ def _sample_card(record: bytes, relpath: str, offset: int, columns: List[ReportC
         elif c.kind == "text":
             text = value if isinstance(value, str) else repr(value)
             shown = text if len(text) <= TEXT_CHARS else text[:TEXT_CHARS] + "..."
-            notes.append(f'{_e(c.name)}: <q>{_e(shown)}</q>')
+            notes.append(f"{_e(c.name)}: <q>{_e(shown)}</q>")
         else:
             notes.append(f"{_e(c.name)}: {_e(value)}")
     notes.append(f'<span class="where">{_e(relpath)} @ {offset:,}</span>')
@@ -469,7 +508,7 @@ def _samples(split: str, groups: Mapping[Any, list], columns: List[ReportColumn]
         if c.config and c.kind in ("image", "audio", "text", "label", "int", "float"):
             decoders[c.name] = spec_from_config({c.name: c.config})[c.name]
     label = label_column(columns)
-    out = ['<h3>Samples</h3>']
+    out = ["<h3>Samples</h3>"]
     for group in sorted(groups, key=lambda g: (g is None, g if g is not None else 0)):
         items = groups[group]
         if group is not None:
@@ -481,8 +520,10 @@ def _samples(split: str, groups: Mapping[Any, list], columns: List[ReportColumn]
 
 
 def _split_section(split: str, stats: Dict[str, Any], groups: Mapping[Any, list], columns: List[ReportColumn]) -> str:
-    out = [f'<section class="split" id="split-{_e(split)}"><h2>Split: {_e(split)} '
-           f'<small>{stats["records"]:,} records</small></h2>']
+    out = [
+        f'<section class="split" id="split-{_e(split)}"><h2>Split: {_e(split)} '
+        f"<small>{stats['records']:,} records</small></h2>"
+    ]
     if stats.get("not_examples"):
         out.append(f'<p class="error">{stats["not_examples"]:,} records are not tf.train.Examples</p>')
     out.append(_column_panels(split, stats, columns))
@@ -502,16 +543,25 @@ def _rejected(inp: ReportInput, result: JobResult) -> str:
     if not total:
         out.append("<p>No row was rejected.</p></section>")
         return "".join(out)
-    out.append(f"<p>{total:,} rows rejected, for {len(result.rejected)} reason(s) "
-               f"(from {', '.join(_e(p.rsplit('/', 1)[-1]) for p in inp.rejected)}).</p>")
+    out.append(
+        f"<p>{total:,} rows rejected, for {len(result.rejected)} reason(s) "
+        f"(from {', '.join(_e(p.rsplit('/', 1)[-1]) for p in inp.rejected)}).</p>"
+    )
     rows = []
     for r in result.rejected:
         examples = "".join(f"<li><code>{_e(x['row'])}</code>: {_e(x['reason'])}</li>" for x in r["examples"])
         more = r["count"] - len(r["examples"])
         if more > 0:
             examples += f"<li>... and {more:,} more</li>"
-        rows.append([f"{r['count']:,}", r["column"] if r["column"] is not None else "-", r["stage"] or "-",
-                     r["reason"], _Markup(f"<ul>{examples}</ul>")])
+        rows.append(
+            [
+                f"{r['count']:,}",
+                r["column"] if r["column"] is not None else "-",
+                r["stage"] or "-",
+                r["reason"],
+                _Markup(f"<ul>{examples}</ul>"),
+            ]
+        )
     out.append(_table(["rows", "column", "stage", "reason", "examples"], rows, "rejected"))
     out.append("</section>")
     return "".join(out)
@@ -520,20 +570,36 @@ def _rejected(inp: ReportInput, result: JobResult) -> str:
 def _validation(inp: ReportInput, report: Optional[Dict[str, Any]]) -> str:
     out = ['<section id="validation"><h2>Validation</h2>']
     if report is None:
-        out.append("<p>No validation result given (<code>tfrecord-io validate ROOT --report r.json</code>, then "
-                   "<code>tfrecord-io report ROOT --validation r.json</code>).</p></section>")
+        out.append(
+            "<p>No validation result given (<code>tfrecord-io validate ROOT --report r.json</code>, then "
+            "<code>tfrecord-io report ROOT --validation r.json</code>).</p></section>"
+        )
         return "".join(out)
-    same = not inp.version_dir or not report.get("dataset") or \
-        os.path.normpath(str(report["dataset"])) == os.path.normpath(inp.version_dir)
+    same = (
+        not inp.version_dir
+        or not report.get("dataset")
+        or os.path.normpath(str(report["dataset"])) == os.path.normpath(inp.version_dir)
+    )
     if not same:
-        out.append(f'<p class="error">This validation report is for {_e(report["dataset"])}, '
-                   f"not for {_e(inp.version_dir)}.</p>")
-    verdict = '<b class="ok">OK</b>' if report["ok"] else f'<b class="error">FAILED: {len(report["problems"]):,} problem(s)</b>'
-    out.append(f"<p>{verdict}: {_num(report.get('files'))} files, {_num(report.get('records'))} records, "
-               f"{_mb(report.get('bytes') or 0)} read; "
-               f"checksums {'checked' if report.get('checksums_checked') else 'not checked'}.</p>")
+        out.append(
+            f'<p class="error">This validation report is for {_e(report["dataset"])}, '
+            f"not for {_e(inp.version_dir)}.</p>"
+        )
+    verdict = (
+        '<b class="ok">OK</b>'
+        if report["ok"]
+        else f'<b class="error">FAILED: {len(report["problems"]):,} problem(s)</b>'
+    )
+    out.append(
+        f"<p>{verdict}: {_num(report.get('files'))} files, {_num(report.get('records'))} records, "
+        f"{_mb(report.get('bytes') or 0)} read; "
+        f"checksums {'checked' if report.get('checksums_checked') else 'not checked'}.</p>"
+    )
     if report["problems"]:
-        rows = [[p.get("path"), _num(p.get("offset")), p.get("kind", "-"), p.get("reason", "")] for p in report["problems"][:200]]
+        rows = [
+            [p.get("path"), _num(p.get("offset")), p.get("kind", "-"), p.get("reason", "")]
+            for p in report["problems"][:200]
+        ]
         out.append(_table(["file", "byte offset", "kind", "reason"], rows, "problems"))
         if len(report["problems"]) > 200:
             out.append(f"<p>... and {len(report['problems']) - 200:,} more in the JSON report.</p>")
@@ -558,16 +624,20 @@ figcaption{font-size:12px;line-height:1.4;word-wrap:break-word}.where{color:#777
 """
 
 
-def render_page(inp: ReportInput, columns: List[ReportColumn], result: JobResult,
-                validation: Optional[Dict[str, Any]] = None) -> str:
+def render_page(
+    inp: ReportInput, columns: List[ReportColumn], result: JobResult, validation: Optional[Dict[str, Any]] = None
+) -> str:
     """The whole page as one string (no external resources)."""
     from .build import TOOL_VERSION
 
     info = inp.info or {}
     title = f"{info.get('name', 'TFRecord files')} {info.get('version', '')}".strip()
     splits = split_order(result.splits)
-    nav = ['<a href="#summary">summary</a>'] + [f'<a href="#split-{_e(s)}">{_e(s)}</a>' for s in splits] + [
-        '<a href="#rejected">rejected</a>', '<a href="#validation">validation</a>']
+    nav = (
+        ['<a href="#summary">summary</a>']
+        + [f'<a href="#split-{_e(s)}">{_e(s)}</a>' for s in splits]
+        + ['<a href="#rejected">rejected</a>', '<a href="#validation">validation</a>']
+    )
     body = [
         f"<header><h1>{_e(title)}</h1><nav>{''.join(nav)}</nav></header>",
         _summary(inp, result, columns),
@@ -576,9 +646,11 @@ def render_page(inp: ReportInput, columns: List[ReportColumn], result: JobResult
         _validation(inp, validation),
         f'<footer><p class="where">tfrecord-io {TOOL_VERSION} report</p></footer>',
     ]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            # Belt and braces for "no network": the page may load nothing but its own data: URIs.
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
-            "media-src data:; style-src 'unsafe-inline'\">"
-            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)} - report</title>"
-            f"<style>{STYLE}</style></head><body>{''.join(body)}</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        # Belt and braces for "no network": the page may load nothing but its own data: URIs.
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
+        "media-src data:; style-src 'unsafe-inline'\">"
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_e(title)} - report</title>'
+        f"<style>{STYLE}</style></head><body>{''.join(body)}</body></html>\n"
+    )

@@ -28,18 +28,22 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError as err:
-        raise ImportError("tfrecord-io report draws its charts with matplotlib: pip install 'tfrecord-io[report]'") from err
+        raise ImportError(
+            "tfrecord-io report draws its charts with matplotlib: pip install 'tfrecord-io[report]'"
+        ) from err
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    matplotlib.rcParams.update({
-        "svg.hashsalt": "tfrecord-io-report",  # stable element ids: the same report twice is the same file
-        "svg.fonttype": "path",
-        "font.size": 8,
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-    })
+    matplotlib.rcParams.update(
+        {
+            "svg.hashsalt": "tfrecord-io-report",  # stable element ids: the same report twice is the same file
+            "svg.fonttype": "path",
+            "font.size": 8,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+        }
+    )
     return plt
 
 
@@ -136,8 +140,9 @@ def audio_picture(samples: np.ndarray, sample_rate: int) -> str:
     mono = np.asarray(samples, dtype=np.float32)
     mono = mono.mean(axis=1) if mono.ndim == 2 else mono
     t = np.arange(mono.size) / float(sample_rate)
-    fig, (wave, spec) = plt.subplots(2, 1, figsize=(2.0, 1.5), sharex=True,
-                                     gridspec_kw={"height_ratios": [1, 1.4], "hspace": 0.05})
+    fig, (wave, spec) = plt.subplots(
+        2, 1, figsize=(2.0, 1.5), sharex=True, gridspec_kw={"height_ratios": [1, 1.4], "hspace": 0.05}
+    )
     wave.plot(t, mono, color=PALETTE[0], linewidth=0.5)
     peak = float(np.abs(mono).max()) if mono.size else 0.0
     wave.set_ylim(-max(peak, 1e-3) * 1.05, max(peak, 1e-3) * 1.05)

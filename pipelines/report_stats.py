@@ -54,8 +54,14 @@ READ_BATCH = 256
 
 TYPE_NAMES = {BYTES: "bytes", FLOAT: "float", INT64: "int", None: "empty"}
 KIND_OF_ENCODER = {
-    "Image": "image", "Audio": "audio", "Text": "text", "Label": "label",
-    "Int": "int", "Float": "float", "Array": "array", "Bytes": "bytes",
+    "Image": "image",
+    "Audio": "audio",
+    "Text": "text",
+    "Label": "label",
+    "Int": "int",
+    "Float": "float",
+    "Array": "array",
+    "Bytes": "bytes",
 }
 
 
@@ -88,12 +94,16 @@ def columns_from_encoders(encoders: Mapping[str, Mapping[str, Any]]) -> List[Rep
         if kind is None:
             continue
         vocab = cfg.get("vocabulary") if kind == "label" else None
-        out.append(ReportColumn(
-            name, kind, cfg.get("key") or name,
-            tuple(vocab) if vocab else None,
-            len(vocab) if vocab else cfg.get("num_classes"),
-            dict(cfg),
-        ))
+        out.append(
+            ReportColumn(
+                name,
+                kind,
+                cfg.get("key") or name,
+                tuple(vocab) if vocab else None,
+                len(vocab) if vocab else cfg.get("num_classes"),
+                dict(cfg),
+            )
+        )
     return out
 
 
@@ -117,7 +127,9 @@ def columns_from_record(data: bytes) -> List[ReportColumn]:
             out.append(ReportColumn(prefix, "image", prefix, config={"type": "Image", "key": prefix}))
         elif {"sample_rate", "num_samples", "channels"} <= tails and tails & {"encoded", "samples"}:
             storage = "bytes" if "encoded" in tails else "floats"
-            out.append(ReportColumn(prefix, "audio", prefix, config={"type": "Audio", "key": prefix, "storage": storage}))
+            out.append(
+                ReportColumn(prefix, "audio", prefix, config={"type": "Audio", "key": prefix, "storage": storage})
+            )
         else:
             continue
         taken.update(f"{prefix}/{t}" for t in tails)
@@ -133,9 +145,12 @@ def columns_from_record(data: bytes) -> List[ReportColumn]:
             kind = "text" if all(_is_text(v) for v in values) else "bytes"
         else:
             continue
-        config = {"label": {"type": "Label", "key": key}, "int": {"type": "Int", "key": key},
-                  "float": {"type": "Float", "key": key, "allow_nan": True},
-                  "text": {"type": "Text", "key": key, "normalize": None, "on_invalid": "keep"}}.get(kind)
+        config = {
+            "label": {"type": "Label", "key": key},
+            "int": {"type": "Int", "key": key},
+            "float": {"type": "Float", "key": key, "allow_nan": True},
+            "text": {"type": "Text", "key": key, "normalize": None, "on_invalid": "keep"},
+        }.get(kind)
         out.append(ReportColumn(key, kind, key, config=config))
     return sorted(out, key=lambda c: c.name)
 
@@ -162,8 +177,17 @@ def groups_by_label(columns: List[ReportColumn]) -> bool:
 
 def hist_new(start_exp: int = 0) -> Dict[str, Any]:
     """An empty histogram whose narrowest bin is ``2**start_exp`` wide."""
-    return {"exp": start_exp, "bins": {}, "lo": None, "hi": None, "n": 0, "sum": 0.0,
-            "min": None, "max": None, "nonfinite": 0}
+    return {
+        "exp": start_exp,
+        "bins": {},
+        "lo": None,
+        "hi": None,
+        "n": 0,
+        "sum": 0.0,
+        "min": None,
+        "max": None,
+        "nonfinite": 0,
+    }
 
 
 def _halve(bins: Mapping[int, int], times: int = 1) -> Dict[int, int]:
@@ -334,9 +358,13 @@ def observe_record(data: bytes, columns: List[ReportColumn]) -> Dict[str, Any]:
             h, w = _one(fmap, f"{p}/height"), _one(fmap, f"{p}/width")
             if h is None or w is None:
                 continue
-            cols[c.name] = {"height": h, "width": w, "mode": _text(_one(fmap, f"{p}/mode")),
-                            "format": _text(_one(fmap, f"{p}/format")),
-                            "bytes": len(_one(fmap, f"{p}/encoded") or b"")}
+            cols[c.name] = {
+                "height": h,
+                "width": w,
+                "mode": _text(_one(fmap, f"{p}/mode")),
+                "format": _text(_one(fmap, f"{p}/format")),
+                "bytes": len(_one(fmap, f"{p}/encoded") or b""),
+            }
         elif c.kind == "audio":
             n, rate = _one(fmap, f"{p}/num_samples"), _one(fmap, f"{p}/sample_rate")
             if n is None or not rate:
@@ -374,8 +402,15 @@ def observe_record(data: bytes, columns: List[ReportColumn]) -> Dict[str, Any]:
 
 def _column_acc(kind: str) -> Dict[str, Any]:
     if kind == "image":
-        return {"present": 0, "width": hist_new(), "height": hist_new(), "bytes": hist_new(),
-                "sizes": {"counts": {}}, "modes": {}, "formats": {}}
+        return {
+            "present": 0,
+            "width": hist_new(),
+            "height": hist_new(),
+            "bytes": hist_new(),
+            "sizes": {"counts": {}},
+            "modes": {},
+            "formats": {},
+        }
     if kind == "audio":
         return {"present": 0, "seconds": hist_new(-10), "rates": {}, "channels": {}}
     if kind == "text":
@@ -435,7 +470,11 @@ def _column_output(acc: Dict[str, Any]) -> Dict[str, Any]:
         if isinstance(value, dict) and "bins" in value:
             out[key] = hist_output(value)
         elif key == "sizes":
-            out[key] = dict(sorted(value["counts"].items(), key=lambda kv: (-kv[1], kv[0]))) if value["counts"] is not None else None
+            out[key] = (
+                dict(sorted(value["counts"].items(), key=lambda kv: (-kv[1], kv[0])))
+                if value["counts"] is not None
+                else None
+            )
         elif isinstance(value, dict):
             out[key] = dict(sorted(value.items(), key=lambda kv: (-kv[1], kv[0])))
         else:
@@ -453,8 +492,12 @@ class SplitStatsFn(beam.CombineFn):
         return [ReportColumn(*c) for c in self._columns]
 
     def create_accumulator(self) -> Dict[str, Any]:
-        return {"records": 0, "not_examples": 0, "features": {},
-                "columns": {c.name: _column_acc(c.kind) for c in self._cols()}}
+        return {
+            "records": 0,
+            "not_examples": 0,
+            "features": {},
+            "columns": {c.name: _column_acc(c.kind) for c in self._cols()},
+        }
 
     def add_input(self, acc, seen):
         acc["records"] += 1
@@ -464,7 +507,13 @@ class SplitStatsFn(beam.CombineFn):
         for key, (kind, length) in seen["features"].items():
             f = acc["features"].get(key)
             if f is None:
-                f = acc["features"][key] = {"types": {}, "present": 0, "min_len": length, "max_len": length, "sum_len": 0}
+                f = acc["features"][key] = {
+                    "types": {},
+                    "present": 0,
+                    "min_len": length,
+                    "max_len": length,
+                    "sum_len": 0,
+                }
             count_add(f["types"], kind)
             f["present"] += 1
             f["min_len"] = min(f["min_len"], length)
@@ -501,8 +550,13 @@ class SplitStatsFn(beam.CombineFn):
             "records": acc["records"],
             "not_examples": acc["not_examples"],
             "features": {
-                key: {"types": f["types"], "present": f["present"], "min_len": f["min_len"], "max_len": f["max_len"],
-                      "mean_len": f["sum_len"] / f["present"] if f["present"] else 0.0}
+                key: {
+                    "types": f["types"],
+                    "present": f["present"],
+                    "min_len": f["min_len"],
+                    "max_len": f["max_len"],
+                    "mean_len": f["sum_len"] / f["present"] if f["present"] else 0.0,
+                }
                 for key, f in sorted(acc["features"].items())
             },
             "columns": {name: _column_output(col) for name, col in sorted(acc["columns"].items())},
@@ -580,11 +634,15 @@ def reason_group(line: str, key_column: Optional[str]) -> Tuple[str, Dict[str, A
     general = reason
     for value in sorted((v for v in row.values() if isinstance(v, str) and v), key=len, reverse=True):
         if general.startswith(value + ": "):
-            general = general[len(value) + 2:]
+            general = general[len(value) + 2 :]
             break
     else:
         general = re.sub(r"^\S+/\S+: ", "", general)  # a path the row does not hold as is
-    who = row.get(key_column) if key_column and key_column in row else json.dumps(row, sort_keys=True, ensure_ascii=False, default=str)
+    who = (
+        row.get(key_column)
+        if key_column and key_column in row
+        else json.dumps(row, sort_keys=True, ensure_ascii=False, default=str)
+    )
     return json.dumps([column, stage, general]), {"row": str(who)[:200], "reason": reason}
 
 
@@ -603,7 +661,9 @@ class RejectedGroupFn(beam.CombineFn):
         out = self.create_accumulator()
         for a in accs:
             out["count"] += a["count"]
-            out["examples"] = sorted(out["examples"] + a["examples"], key=lambda e: (e["row"], e["reason"]))[:REJECTED_EXAMPLES]
+            out["examples"] = sorted(out["examples"] + a["examples"], key=lambda e: (e["row"], e["reason"]))[
+                :REJECTED_EXAMPLES
+            ]
         return out
 
     def extract_output(self, acc):
@@ -624,9 +684,15 @@ def _any_kv():
     return beam.typehints.KV[beam.typehints.Any, beam.typehints.Any]
 
 
-def run_stats_job(shards: List[Shard], columns: List[ReportColumn], options, samples: int = 6,
-                  rejected_paths: Iterable[str] = (), key_column: Optional[str] = None,
-                  progress: bool = True) -> JobResult:
+def run_stats_job(
+    shards: List[Shard],
+    columns: List[ReportColumn],
+    options,
+    samples: int = 6,
+    rejected_paths: Iterable[str] = (),
+    key_column: Optional[str] = None,
+    progress: bool = True,
+) -> JobResult:
     """Run the statistics pipeline over ``shards`` (and the dead-letter files)."""
     import tfrecord_io
 
@@ -642,7 +708,8 @@ def run_stats_job(shards: List[Shard], columns: List[ReportColumn], options, sam
                         | "Shards" >> beam.Create(sorted({s.path for s in shards}))
                         | "Read" >> tfrecord_io.ReadAllFromTFRecord(with_metadata=True, batch_size=READ_BATCH)
                         | "Count" >> beam.ParDo(CountProgress(bar.dir, "records", weigh=len))
-                        | "Observe" >> beam.ParDo(ObserveBatch(shards, columns, samples, by_label))
+                        | "Observe"
+                        >> beam.ParDo(ObserveBatch(shards, columns, samples, by_label))
                         .with_output_types(_any_kv())  # not Tuple[...]: see README, Prism and tuple coders
                         .with_outputs(ObserveBatch.SAMPLES, main="observed")
                     )
@@ -654,10 +721,15 @@ def run_stats_job(shards: List[Shard], columns: List[ReportColumn], options, sam
                     tagged.append(
                         observed[ObserveBatch.SAMPLES]
                         | "Sample" >> beam.combiners.Top.SmallestPerKey(samples, key=lambda item: item[0])
-                        | "TagSamples" >> beam.MapTuple(lambda key, items: {
-                            "samples": list(key),
-                            "items": [[rel, off, base64.b64encode(rec).decode("ascii")] for _, rel, off, rec in items],
-                        })
+                        | "TagSamples"
+                        >> beam.MapTuple(
+                            lambda key, items: {
+                                "samples": list(key),
+                                "items": [
+                                    [rel, off, base64.b64encode(rec).decode("ascii")] for _, rel, off, rec in items
+                                ],
+                            }
+                        )
                     )
                 if rejected_paths:
                     tagged.append(
@@ -680,10 +752,19 @@ def run_stats_job(shards: List[Shard], columns: List[ReportColumn], options, sam
             splits[item["split"]] = item["stats"]
         elif "samples" in item:
             split, group = item["samples"]
-            sampled.setdefault(split, {})[group] = [(rel, off, base64.b64decode(rec)) for rel, off, rec in item["items"]]
+            sampled.setdefault(split, {})[group] = [
+                (rel, off, base64.b64decode(rec)) for rel, off, rec in item["items"]
+            ]
         else:
             column, stage, reason = item["rejected"]
-            rejected.append({"column": column, "stage": stage, "reason": reason,
-                             "count": item["count"], "examples": item["examples"]})
+            rejected.append(
+                {
+                    "column": column,
+                    "stage": stage,
+                    "reason": reason,
+                    "count": item["count"],
+                    "examples": item["examples"],
+                }
+            )
     rejected.sort(key=lambda r: (-r["count"], str(r["column"]), str(r["stage"]), r["reason"]))
     return JobResult(splits, sampled, rejected, bar.elapsed)

@@ -46,12 +46,22 @@ def matches(data: bytes, where: Tuple[str, str]) -> bool:
         number = float(value)
     except ValueError:
         return False
-    values = feature.int64_list.value if kind == "int64_list" else feature.float_list.value if kind == "float_list" else []
+    values = (
+        feature.int64_list.value if kind == "int64_list" else feature.float_list.value if kind == "float_list" else []
+    )
     return any(float(v) == number for v in values)
 
 
-def run_reshard(paths: List[str], output: str, options, num_shards: int = 0, compression: str = "",
-                where: Optional[Tuple[str, str]] = None, write_index: bool = True, progress: bool = True) -> Dict[str, Any]:
+def run_reshard(
+    paths: List[str],
+    output: str,
+    options,
+    num_shards: int = 0,
+    compression: str = "",
+    where: Optional[Tuple[str, str]] = None,
+    write_index: bool = True,
+    progress: bool = True,
+) -> Dict[str, Any]:
     import tfrecord_io
 
     from . import dataset_dir
@@ -74,9 +84,13 @@ def run_reshard(paths: List[str], output: str, options, num_shards: int = 0, com
                     records = records | "Filter" >> beam.Filter(matches, where)
                 (
                     records
-                    | "Write" >> tfrecord_io.WriteToTFRecord(
-                        output, file_name_suffix=suffix, num_shards=num_shards,
-                        compression_type=compression or "uncompressed", write_index=write_index and not compression,
+                    | "Write"
+                    >> tfrecord_io.WriteToTFRecord(
+                        output,
+                        file_name_suffix=suffix,
+                        num_shards=num_shards,
+                        compression_type=compression or "uncompressed",
+                        write_index=write_index and not compression,
                     )
                     | "Collect" >> results.sink()
                 )

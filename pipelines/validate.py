@@ -51,8 +51,16 @@ def run_validate(paths: List[str], options, checksums: bool = True, progress: bo
         spec = list(info.get("features", {}).values()) or None
     else:
         patterns = list(paths)
-    missing = [{"path": s["abspath"], "offset": None, "kind": "missing", "reason": "shard listed in dataset_info.json is missing"}
-               for s in shards if not files.exists(s["abspath"])]
+    missing = [
+        {
+            "path": s["abspath"],
+            "offset": None,
+            "kind": "missing",
+            "reason": "shard listed in dataset_info.json is missing",
+        }
+        for s in shards
+        if not files.exists(s["abspath"])
+    ]
     with ProgressPrinter("validate", enabled=progress, rate_stage="records") as bar:
         report, sums = _run_pipeline(patterns, spec, checksums and bool(shards), options, bar.dir)
     problems = list(report.get("problems", [])) + missing
@@ -73,8 +81,9 @@ def run_validate(paths: List[str], options, checksums: bool = True, progress: bo
     }
 
 
-def _run_pipeline(patterns: List[str], spec, checksums: bool, options,
-                  progress_dir: Optional[str]) -> Tuple[Dict[str, Any], Dict[str, Optional[str]]]:
+def _run_pipeline(
+    patterns: List[str], spec, checksums: bool, options, progress_dir: Optional[str]
+) -> Tuple[Dict[str, Any], Dict[str, Optional[str]]]:
     """The Beam job: ``ValidateTFRecords`` over ``patterns`` and, with ``checksums``,
     the SHA-256 of each file beside it. ``(report, {path: sha256})``; an empty report
     when there is nothing to read."""
@@ -104,8 +113,14 @@ def _run_pipeline(patterns: List[str], spec, checksums: bool, options,
     return report, sums
 
 
-def _dataset_problems(version_dir: str, info: Dict[str, Any], shards: List[Dict[str, Any]], report: Dict[str, Any],
-                      sums: Optional[Dict[str, Optional[str]]], shards_missing: bool) -> List[Dict[str, Any]]:
+def _dataset_problems(
+    version_dir: str,
+    info: Dict[str, Any],
+    shards: List[Dict[str, Any]],
+    report: Dict[str, Any],
+    sums: Optional[Dict[str, Optional[str]]],
+    shards_missing: bool,
+) -> List[Dict[str, Any]]:
     """What the read found against what ``dataset_info.json`` says: per-shard record
     counts and (unless ``sums`` is None) checksums, files it does not list, the total."""
     problems: List[Dict[str, Any]] = []
@@ -115,17 +130,47 @@ def _dataset_problems(version_dir: str, info: Dict[str, Any], shards: List[Dict[
         if not files.exists(path):
             continue
         if counts.get(path, 0) != s["records"]:
-            problems.append({"path": path, "offset": None, "kind": "count",
-                             "reason": f"dataset_info.json lists {s['records']} records, the file has {counts.get(path, 0)}"})
+            problems.append(
+                {
+                    "path": path,
+                    "offset": None,
+                    "kind": "count",
+                    "reason": f"dataset_info.json lists {s['records']} records, the file has {counts.get(path, 0)}",
+                }
+            )
         if sums is not None and sums.get(path) != s.get("sha256"):
-            problems.append({"path": path, "offset": None, "kind": "checksum",
-                             "reason": f"SHA-256 {sums.get(path)} differs from dataset_info.json's {s.get('sha256')}"})
+            problems.append(
+                {
+                    "path": path,
+                    "offset": None,
+                    "kind": "checksum",
+                    "reason": f"SHA-256 {sums.get(path)} differs from dataset_info.json's {s.get('sha256')}",
+                }
+            )
     for extra in _unlisted_files(version_dir, [s["abspath"] for s in shards]):
-        problems.append({"path": extra, "offset": None, "kind": "unlisted", "reason": "TFRecord file not listed in dataset_info.json"})
+        problems.append(
+            {
+                "path": extra,
+                "offset": None,
+                "kind": "unlisted",
+                "reason": "TFRecord file not listed in dataset_info.json",
+            }
+        )
     expected = info.get("records")
-    if expected is not None and report.get("records") is not None and report["records"] != expected and not shards_missing:
-        problems.append({"path": version_dir, "offset": None, "kind": "count",
-                         "reason": f"dataset_info.json lists {expected} records in all, validation read {report['records']}"})
+    if (
+        expected is not None
+        and report.get("records") is not None
+        and report["records"] != expected
+        and not shards_missing
+    ):
+        problems.append(
+            {
+                "path": version_dir,
+                "offset": None,
+                "kind": "count",
+                "reason": f"dataset_info.json lists {expected} records in all, validation read {report['records']}",
+            }
+        )
     return problems
 
 
@@ -137,7 +182,14 @@ def summary_lines(report: Dict[str, Any], limit: int = 20) -> List[str]:
         f"{report['bytes'] / 1e6:.2f} MB in {report['seconds']:.1f}s ({rate:,.0f} records/s)"
     ]
     if report["ok"]:
-        lines.append("OK: every record's CRCs hold" + (", every record matches the feature spec, counts and checksums match dataset_info.json" if report.get("dataset") else ""))
+        lines.append(
+            "OK: every record's CRCs hold"
+            + (
+                ", every record matches the feature spec, counts and checksums match dataset_info.json"
+                if report.get("dataset")
+                else ""
+            )
+        )
         return lines
     lines.append(f"FAILED: {len(report['problems'])} problem(s)")
     for p in report["problems"][:limit]:

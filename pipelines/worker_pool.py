@@ -48,7 +48,11 @@ def serve(address: str, container_executable: Optional[str] = None) -> None:
 
     server = grpc.server(
         thread_pool_executor.shared_unbounded_instance(),
-        options=[("grpc.http2.max_pings_without_data", 0), ("grpc.http2.max_ping_strikes", 0), ("grpc.so_reuseport", 0)],
+        options=[
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.http2.max_ping_strikes", 0),
+            ("grpc.so_reuseport", 0),
+        ],
     )
     if server.add_insecure_port(address) == 0:
         raise SystemExit(f"worker pool: cannot listen on {address}")
@@ -66,8 +70,9 @@ def serve(address: str, container_executable: Optional[str] = None) -> None:
         kill_process_gracefully(worker)
 
 
-def sdk_worker_environment(worker_id: str, provision_endpoint: str, control_endpoint: str,
-                           logging_endpoint: str) -> Dict[str, str]:
+def sdk_worker_environment(
+    worker_id: str, provision_endpoint: str, control_endpoint: str, logging_endpoint: str
+) -> Dict[str, str]:
     """The environment variables ``sdk_worker_main`` reads, with the job's pipeline
     options fetched from the runner's provision service (what Beam's container
     ``boot`` does). Used by :func:`boot` and by the local forked workers
@@ -77,9 +82,13 @@ def sdk_worker_environment(worker_id: str, provision_endpoint: str, control_endp
     from google.protobuf import json_format
 
     with grpc.insecure_channel(provision_endpoint) as channel:
-        info = beam_provision_api_pb2_grpc.ProvisionServiceStub(channel).GetProvisionInfo(
-            beam_provision_api_pb2.GetProvisionInfoRequest(), metadata=[("worker_id", worker_id)], timeout=60
-        ).info
+        info = (
+            beam_provision_api_pb2_grpc.ProvisionServiceStub(channel)
+            .GetProvisionInfo(
+                beam_provision_api_pb2.GetProvisionInfoRequest(), metadata=[("worker_id", worker_id)], timeout=60
+            )
+            .info
+        )
     return {
         "WORKER_ID": worker_id,
         "PIPELINE_OPTIONS": json_format.MessageToJson(info.pipeline_options),
@@ -105,7 +114,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--address", help="serve: host:port to listen on, e.g. 127.0.77.1:50000")
     parser.add_argument("--container-executable", help="serve: what starts each SDK worker (see above)")
-    parser.add_argument("--boot", action="store_true", help="be one SDK worker (called by the pool with the flags below)")
+    parser.add_argument(
+        "--boot", action="store_true", help="be one SDK worker (called by the pool with the flags below)"
+    )
     for flag in ("id", "provision_endpoint", "control_endpoint", "logging_endpoint", "artifact_endpoint"):
         parser.add_argument(f"--{flag}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -66,9 +66,15 @@ class Browser:
 
     def __enter__(self) -> Browser:
         self._proc = subprocess.Popen(
-            [self.binary, *CHROMIUM_FLAGS, f"--user-data-dir={self._profile}",
-             f"--window-size={self.width},{self.height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                self.binary,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={self._profile}",
+                f"--window-size={self.width},{self.height}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         port = self._wait_for_port()
         self._connect(port)
@@ -102,12 +108,18 @@ class Browser:
             if time.monotonic() > deadline:
                 raise TimeoutError("chromium has no page target")
             time.sleep(0.1)
-        self._ws = websocket.create_connection(targets[0]["webSocketDebuggerUrl"], timeout=self.timeout,
-                                               suppress_origin=True)
+        self._ws = websocket.create_connection(
+            targets[0]["webSocketDebuggerUrl"], timeout=self.timeout, suppress_origin=True
+        )
         for domain in ("Page", "Network", "Runtime", "Log"):
             self.call(f"{domain}.enable")
-        self.call("Emulation.setDeviceMetricsOverride",
-                  width=self.width, height=self.height, deviceScaleFactor=1, mobile=False)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=self.width,
+            height=self.height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
 
     def __exit__(self, *exc) -> None:
         if self._ws is not None:
@@ -177,10 +189,14 @@ class Browser:
             if method == "Network.requestWillBeSent":
                 load.requests.append(params["request"]["url"])
             elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-                load.console_errors.append(" ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", [])))
+                load.console_errors.append(
+                    " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", []))
+                )
             elif method == "Runtime.exceptionThrown":
                 details = params.get("exceptionDetails", {})
-                load.console_errors.append(details.get("exception", {}).get("description") or details.get("text", "exception"))
+                load.console_errors.append(
+                    details.get("exception", {}).get("description") or details.get("text", "exception")
+                )
             elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
                 load.console_errors.append(params["entry"].get("text", ""))
         return load

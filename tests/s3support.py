@@ -108,7 +108,7 @@ class S3Server:
     def object_path(self, url: str) -> str:
         """The file behind ``s3://bucket/key`` in the posix backend's directory."""
         assert url.startswith("s3://"), url
-        return os.path.join(self.root_dir, url[len("s3://"):])
+        return os.path.join(self.root_dir, url[len("s3://") :])
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -149,7 +149,9 @@ def start_versitygw(binary: str, workdir: str, timeout_s: float = START_TIMEOUT_
         server.stop()
         with open(log_path, encoding="utf-8", errors="replace") as f:
             tail = f.read()[-2000:]
-        last_error = RuntimeError(f"versitygw did not come up on port {port} within {timeout_s}s ({last_error}); log:\n{tail}")
+        last_error = RuntimeError(
+            f"versitygw did not come up on port {port} within {timeout_s}s ({last_error}); log:\n{tail}"
+        )
     raise RuntimeError(str(last_error))
 
 

@@ -78,15 +78,25 @@ class Airflow:
 
     def run(self, args: List[str], output: str, log_path: str, timeout: int = DAG_RUN_TIMEOUT, **env: str) -> int:
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen([self.bin, *args], env=self.env(output, **env), stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [self.bin, *args],
+                env=self.env(output, **env),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             return _wait(proc, timeout)
 
     def start_dag_test(self, logical_date: str, output: str, log_path: str) -> subprocess.Popen:
         log = open(log_path, "ab")
         try:
-            return subprocess.Popen([self.bin, "dags", "test", DAG_ID, logical_date], env=self.env(output),
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            return subprocess.Popen(
+                [self.bin, "dags", "test", DAG_ID, logical_date],
+                env=self.env(output),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         finally:
             log.close()
 
@@ -130,7 +140,13 @@ def _tail(path: str, lines: int = 15) -> str:
     exit codes, then the last lines."""
     with open(path, encoding="utf-8", errors="replace") as f:
         text = f.readlines()
-    job = [line for line in text if any(k in line for k in ("tfrecord-io build", "tfrecord-io validate", "exited with return code", "new_state="))]
+    job = [
+        line
+        for line in text
+        if any(
+            k in line for k in ("tfrecord-io build", "tfrecord-io validate", "exited with return code", "new_state=")
+        )
+    ]
     return "".join(job[-20:]) + "...\n" + "".join(text[-lines:])
 
 
@@ -173,9 +189,7 @@ def _assert_one_whole_version(out: str, version: str) -> None:
             assert dataset_dir.sha256_file(os.path.join(version_dir, shard["path"])) == shard["sha256"]
             expected.add(shard["path"])
             expected.add(shard["index"])
-    present = {
-        os.path.relpath(os.path.join(d, f), version_dir) for d, _, files in os.walk(version_dir) for f in files
-    }
+    present = {os.path.relpath(os.path.join(d, f), version_dir) for d, _, files in os.walk(version_dir) for f in files}
     assert present == expected, f"unexpected: {sorted(present - expected)}; missing: {sorted(expected - present)}"
 
 
@@ -296,8 +310,12 @@ def test_dag_on_flink_runner_against_a_standalone_cluster(airflow, tmp_path):
     TaskManagers, a Beam worker pool beside each): the build runs on the cluster."""
     cluster_dir = str(tmp_path / "cluster")
     script = [sys.executable, os.path.join(REPO, "scripts", "cluster")]
-    up = subprocess.run([*script, "up", "flink", "--dir", cluster_dir, "--workers", "2", "--timeout", "240"],
-                        capture_output=True, text=True, timeout=600)
+    up = subprocess.run(
+        [*script, "up", "flink", "--dir", cluster_dir, "--workers", "2", "--timeout", "240"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         with open(os.path.join(cluster_dir, "cluster.json"), encoding="utf-8") as f:
@@ -310,8 +328,13 @@ def test_dag_on_flink_runner_against_a_standalone_cluster(airflow, tmp_path):
         }
         out, log = str(tmp_path / "dataset"), str(tmp_path / "dags-test.log")
         date, date_sql, version = "2026-11-28T02:00:00+00:00", "2026-11-28 02:00:00.000000", "20261128T020000"
-        rc = airflow.run(["dags", "test", DAG_ID, date], output=out, log_path=log,
-                         TFRECORD_IO_RUNNER="FlinkRunner", TFRECORD_IO_BEAM_OPTIONS=json.dumps(beam_options))
+        rc = airflow.run(
+            ["dags", "test", DAG_ID, date],
+            output=out,
+            log_path=log,
+            TFRECORD_IO_RUNNER="FlinkRunner",
+            TFRECORD_IO_BEAM_OPTIONS=json.dumps(beam_options),
+        )
         assert rc == 0, _tail(log)
         assert airflow.run_state(date_sql) == "success"
         assert airflow.task_tries(date_sql) == {"build": [(1, "success")], "validate": [(1, "success")]}

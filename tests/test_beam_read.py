@@ -437,7 +437,8 @@ def test_examples_metadata_batches_and_coder(tmp_path):
 
     def build(p):
         return {
-            "examples": p | "Ex" >> ReadFromTFRecord(path, output="example", description={"label": "int"}, desired_bundle_size=300),
+            "examples": p
+            | "Ex" >> ReadFromTFRecord(path, output="example", description={"label": "int"}, desired_bundle_size=300),
             "meta": p | "Meta" >> ReadFromTFRecord(path, with_metadata=True, desired_bundle_size=300),
             "batches": p | "Batch" >> ReadFromTFRecord(path, batch_size=16, desired_bundle_size=1000),
             "decoded": p | "Coder" >> ReadFromTFRecord(path, coder=_LengthCoder(), desired_bundle_size=500),
@@ -523,7 +524,9 @@ def test_explicit_index_pattern_is_used(tmp_path):
     path = write_file(str(tmp_path / "data.tfrecord"), records, index=False)
     os.makedirs(tmp_path / "idx")
     write_index_atomic(build_index(path), str(tmp_path / "idx" / "data.idx"))
-    out, metrics = read_with(path, str(tmp_path), desired_bundle_size=3000, index_pattern=str(tmp_path / "idx" / "{stem}.idx"))
+    out, metrics = read_with(
+        path, str(tmp_path), desired_bundle_size=3000, index_pattern=str(tmp_path / "idx" / "{stem}.idx")
+    )
     assert multiset(out["records"]) == multiset(records)
     assert metrics[(NS, "stale_index")] == 0
 
@@ -539,7 +542,9 @@ def test_lazy_package_attribute():
 GOLDEN_DIR = os.path.join(os.path.dirname(__file__), "golden")
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(GOLDEN_DIR, "manifest.json")), reason="golden files not in this checkout")
+@pytest.mark.skipif(
+    not os.path.exists(os.path.join(GOLDEN_DIR, "manifest.json")), reason="golden files not in this checkout"
+)
 def test_reads_tensorflow_golden_files_plain_gzip_zlib(tmp_path):
     """With the committed TensorFlow golden files present: split reads of the plain file
     (1-byte cuts exercise resync through every frame) and whole reads of GZIP/ZLIB."""

@@ -75,7 +75,9 @@ def test_single_shard_is_byte_identical_to_tensorflow_golden_frames(tmp_path):
 GOLDEN_DIR = os.path.join(os.path.dirname(__file__), "golden")
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(GOLDEN_DIR, "manifest.json")), reason="golden files not in this checkout")
+@pytest.mark.skipif(
+    not os.path.exists(os.path.join(GOLDEN_DIR, "manifest.json")), reason="golden files not in this checkout"
+)
 def test_all_golden_payloads_rewritten_byte_identical(tmp_path):
     """With the committed TensorFlow golden files present: every payload, written by
     the sink as one shard in order, gives TensorFlow's file byte for byte."""

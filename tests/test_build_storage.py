@@ -59,7 +59,10 @@ def media(tmp_path_factory):
         "name": "st",
         "input": {"manifest": "manifest.jsonl"},
         "key": "id",
-        "columns": {"image": {"encoder": "image", "max_pixels": 5000}, "label": {"encoder": "label", "vocabulary": ["cat", "dog"]}},
+        "columns": {
+            "image": {"encoder": "image", "max_pixels": 5000},
+            "label": {"encoder": "label", "vocabulary": ["cat", "dog"]},
+        },
         "splits": {"train": 0.75, "test": 0.25},
         "sharding": {"num_shards": 2},
         "output": {"dir": "out"},
@@ -69,11 +72,16 @@ def media(tmp_path_factory):
 
 
 def _cfg(media, out, version, **extra):
-    return load_config(str(media / "build.yaml"), [("output.dir", str(out)), ("output.version", version), *extra.items()])
+    return load_config(
+        str(media / "build.yaml"), [("output.dir", str(out)), ("output.version", version), *extra.items()]
+    )
 
 
 def _shard_bytes(version_dir):
-    return {s["path"]: files.read_bytes(s["abspath"]) for s in dataset_dir.dataset_shards(version_dir, datasets.load_info(version_dir))}
+    return {
+        s["path"]: files.read_bytes(s["abspath"])
+        for s in dataset_dir.dataset_shards(version_dir, datasets.load_info(version_dir))
+    }
 
 
 # ---------------------------------------------------------------- local disk
@@ -92,8 +100,22 @@ def test_rejected_rows_carry_their_reasons(media, tmp_path):
 
 def test_unknown_scheme_is_a_usage_error_before_anything_is_written(media, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "pipelines", "build", str(media / "build.yaml"), "--output", "nosuchfs://bucket/ds", "--no-progress", *IN_PROCESS],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=REPO),
+        [
+            sys.executable,
+            "-m",
+            "pipelines",
+            "build",
+            str(media / "build.yaml"),
+            "--output",
+            "nosuchfs://bucket/ds",
+            "--no-progress",
+            *IN_PROCESS,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=REPO),
     )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -128,22 +150,31 @@ def test_retry_after_a_killed_attempt_removes_its_leftovers(media, tmp_path):
     version_dir = out / "v1"
     os.makedirs(version_dir / "train")
     (version_dir / "train" / "st-train.tfrecord-00000-of-00002").write_bytes(b"half a shard")
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
-    (version_dir / "_BUILDING").write_text(json.dumps({"run_id": "x" * 32, "host": os.uname().nodename, "pid": int(dead), "heartbeat": time.time()}))
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
+    (version_dir / "_BUILDING").write_text(
+        json.dumps({"run_id": "x" * 32, "host": os.uname().nodename, "pid": int(dead), "heartbeat": time.time()})
+    )
     summary = run_build(_cfg(media, out, "v1"), options(), progress=False)
     assert not summary.reused and summary.written == 12
     assert datasets.resolve_version_dir(str(out)) == str(version_dir)
     assert not os.path.exists(version_dir / "_BUILDING")
     # The shard now holds whole records (CRCs checked), not the leftover bytes.
     shard = str(version_dir / "train" / "st-train.tfrecord-00000-of-00002")
-    listed = {s["abspath"]: s["records"] for s in dataset_dir.dataset_shards(str(version_dir), datasets.load_info(str(version_dir)))}
+    listed = {
+        s["abspath"]: s["records"]
+        for s in dataset_dir.dataset_shards(str(version_dir), datasets.load_info(str(version_dir)))
+    }
     assert len(list(tfrecord_io.tfrecord_iterator(shard))) == listed[shard] > 0
 
 
 def test_a_version_being_built_by_a_live_run_is_refused(media, tmp_path):
     version_dir = tmp_path / "out" / "v1"
     os.makedirs(version_dir)
-    (version_dir / "_BUILDING").write_text(json.dumps({"run_id": "y" * 32, "host": os.uname().nodename, "pid": os.getpid(), "heartbeat": time.time()}))
+    (version_dir / "_BUILDING").write_text(
+        json.dumps({"run_id": "y" * 32, "host": os.uname().nodename, "pid": os.getpid(), "heartbeat": time.time()})
+    )
     with pytest.raises(dataset_dir.DatasetDirError, match="being built by another run"):
         run_build(_cfg(media, tmp_path / "out", "v1"), options(), progress=False)
     assert os.listdir(version_dir) == ["_BUILDING"]
@@ -154,9 +185,18 @@ def test_retry_after_success_verifies_and_rewrites_nothing(media, tmp_path):
     run_build(_cfg(media, out, "20261130T020000"), options(), progress=False)
     before = {p: os.stat(p).st_mtime_ns for p in files.list_prefix(str(out))}
     proc = subprocess.run(
-        [sys.executable, os.path.join(REPO, "pipelines", "scheduled_build.py"), f"--config={media / 'build.yaml'}",
-         f"--output={out}", "--version=20261130T020000", *IN_PROCESS],
-        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=REPO),
+        [
+            sys.executable,
+            os.path.join(REPO, "pipelines", "scheduled_build.py"),
+            f"--config={media / 'build.yaml'}",
+            f"--output={out}",
+            "--version=20261130T020000",
+            *IN_PROCESS,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=REPO),
     )
     assert proc.returncode == 0, proc.stderr
     assert "nothing rewritten" in proc.stdout
@@ -173,17 +213,39 @@ def test_retry_after_success_verifies_and_rewrites_nothing(media, tmp_path):
 def test_same_version_with_another_config_is_refused(media, tmp_path):
     out = tmp_path / "out"
     run_build(_cfg(media, out, "v1"), options(), progress=False)
-    proc = run_cli("build", str(media / "build.yaml"), "--output", str(out), "--version", "v1", "--set", "seed=5",
-                   "--no-progress", *IN_PROCESS)
+    proc = run_cli(
+        "build",
+        str(media / "build.yaml"),
+        "--output",
+        str(out),
+        "--version",
+        "v1",
+        "--set",
+        "seed=5",
+        "--no-progress",
+        *IN_PROCESS,
+    )
     assert proc.returncode == 2
     assert "already holds a build of a different config or inputs" in proc.stderr
 
 
 def test_two_builds_at_once_publish_distinct_whole_versions(media, tmp_path):
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "pipelines", "build", str(media / "build.yaml"), "--output", str(out), "--no-progress", *IN_PROCESS]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines",
+        "build",
+        str(media / "build.yaml"),
+        "--output",
+        str(out),
+        "--no-progress",
+        *IN_PROCESS,
+    ]
     env = dict(os.environ, PYTHONPATH=REPO)
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)
+    ]
     results = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], results
     versions = sorted(n for n in os.listdir(out) if n != "LATEST")
@@ -204,7 +266,9 @@ def s3_fs(s3_server):
 
 
 def test_unreachable_or_unauthorised_bucket_fails_before_work(media, s3_server, s3_bucket, tmp_path):
-    wrong_secret = [a for a in s3_server.pipeline_args() if not a.startswith("--s3_secret")] + ["--s3_secret_access_key=wrong"]
+    wrong_secret = [a for a in s3_server.pipeline_args() if not a.startswith("--s3_secret")] + [
+        "--s3_secret_access_key=wrong"
+    ]
     for url, flags in ((s3_bucket + "/ds", wrong_secret), ("s3://no-such-bucket-here/ds", s3_server.pipeline_args())):
         proc = run_cli("build", str(media / "build.yaml"), "--output", url, "--no-progress", *IN_PROCESS, *flags)
         assert proc.returncode == 2, proc.stderr
@@ -259,8 +323,22 @@ def test_s3_build_validate_corrupt_reshard_rerun_kill_retry(media, s3_fs, s3_buc
     # A build killed mid-run (the launcher and its workers) leaves LATEST as it was.
     env = dict(os.environ, PYTHONPATH=REPO)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pipelines", "build", str(media / "build.yaml"), "--output", root, "--version", "v3", *flags],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "pipelines",
+            "build",
+            str(media / "build.yaml"),
+            "--output",
+            root,
+            "--version",
+            "v3",
+            *flags,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     marker = s3.object_path(root + "/v3/_BUILDING")
     deadline = time.monotonic() + 120
@@ -283,7 +361,9 @@ def test_s3_build_validate_corrupt_reshard_rerun_kill_retry(media, s3_fs, s3_buc
     noop = run_cli("build", str(media / "build.yaml"), "--output", root, "--version", "v3", *flags)
     assert noop.returncode == 0 and "nothing rewritten" in noop.stdout, noop.stderr
     assert {p: files.stat_many([p])[p] for p in files.list_prefix(root + "/v3")} == before
-    changed = run_cli("build", str(media / "build.yaml"), "--output", root, "--version", "v3", "--set", "seed=9", *flags)
+    changed = run_cli(
+        "build", str(media / "build.yaml"), "--output", root, "--version", "v3", "--set", "seed=9", *flags
+    )
     assert changed.returncode == 2 and "different config or inputs" in changed.stderr
 
     index = run_cli("index", root, *flags)

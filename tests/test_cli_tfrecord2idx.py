@@ -19,7 +19,11 @@ from tfio_testutil import REPO, golden_path
 def run_cli(*args):
     env = dict(os.environ, PYTHONPATH=REPO)
     return subprocess.run(
-        [sys.executable, "-m", "tfrecord_io.tools.tfrecord2idx", *args], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-m", "tfrecord_io.tools.tfrecord2idx", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
 
 
@@ -47,7 +51,14 @@ def test_directory(tmp_path):
     (tmp_path / "notes.txt").write_text("hi")
     proc = run_cli(str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    assert sorted(os.listdir(tmp_path)) == ["a.tfindex", "a.tfrecord", "b.tfindex", "b.tfrecord", "c.tfrecord.gz", "notes.txt"]
+    assert sorted(os.listdir(tmp_path)) == [
+        "a.tfindex",
+        "a.tfrecord",
+        "b.tfindex",
+        "b.tfrecord",
+        "c.tfrecord.gz",
+        "notes.txt",
+    ]
     expected = tfio.build_index(golden_path("records.tfrecord")).to_text()
     assert (tmp_path / "a.tfindex").read_text() == expected == (tmp_path / "b.tfindex").read_text()
     assert "indexed 2 of 2 files" in proc.stdout

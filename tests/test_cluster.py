@@ -142,7 +142,7 @@ def direct_options(s3_server=None) -> PipelineOptions:
 
 def upload_tree(s3_server, local_dir: str, url: str) -> None:
     """Copy every file under ``local_dir`` to ``url`` (s3://bucket/prefix)."""
-    bucket, _, prefix = url[len("s3://"):].partition("/")
+    bucket, _, prefix = url[len("s3://") :].partition("/")
     client = s3_server.client()
     for root, _, names in os.walk(local_dir):
         for name in names:
@@ -199,7 +199,9 @@ def records_by_file(paths: List[str], root: str) -> Dict[str, Counter]:
     return {os.path.relpath(p, root): Counter(bytes(r) for _, r in read_records(p)) for p in paths}
 
 
-def test_build_validate_reshard_on_the_cluster_equal_the_direct_runner(cluster, s3_server, s3_bucket, demo_config, direct_build):
+def test_build_validate_reshard_on_the_cluster_equal_the_direct_runner(
+    cluster, s3_server, s3_bucket, demo_config, direct_build
+):
     options = cluster.options(s3_server)
     out = f"{s3_bucket}/dataset"
     cfg = load_config(demo_config, [("output.dir", out), ("output.version", "v1")])
@@ -217,12 +219,19 @@ def test_build_validate_reshard_on_the_cluster_equal_the_direct_runner(cluster, 
     assert all(path.startswith(s3_bucket) for path in report["records_per_file"])
 
     resharded = run_reshard([shards], f"{s3_bucket}/reshard/data", options, num_shards=3, progress=False)
-    direct = run_reshard([shards], f"{s3_bucket}/reshard-direct/data", direct_options(s3_server), num_shards=3, progress=False)
+    direct = run_reshard(
+        [shards], f"{s3_bucket}/reshard-direct/data", direct_options(s3_server), num_shards=3, progress=False
+    )
     assert resharded["records"] == direct["records"] == summary.written
     # A shard's records are chosen by their CRC (the same on every runner); their order
     # within the shard is the order the runner delivers them in, so compare contents.
-    got = records_by_file([s3_server.object_path(s["path"]) for s in resharded["shards"]], s3_server.object_path(f"{s3_bucket}/reshard"))
-    want = records_by_file([s3_server.object_path(s["path"]) for s in direct["shards"]], s3_server.object_path(f"{s3_bucket}/reshard-direct"))
+    got = records_by_file(
+        [s3_server.object_path(s["path"]) for s in resharded["shards"]], s3_server.object_path(f"{s3_bucket}/reshard")
+    )
+    want = records_by_file(
+        [s3_server.object_path(s["path"]) for s in direct["shards"]],
+        s3_server.object_path(f"{s3_bucket}/reshard-direct"),
+    )
     assert got == want
 
 
@@ -244,7 +253,9 @@ def read_with_workers(path: str, options: PipelineOptions, folder: str) -> List[
             (
                 p
                 | ReadFromTFRecord(path, desired_bundle_size=desired, with_metadata=True)
-                | beam.Map(lambda t: {"offset": t[1], "record": bytes(t[2]).hex(), "pid": os.getpid(), "ppid": os.getppid()})
+                | beam.Map(
+                    lambda t: {"offset": t[1], "record": bytes(t[2]).hex(), "pid": os.getpid(), "ppid": os.getppid()}
+                )
                 | results.sink()
             )
         return results.read()
@@ -253,7 +264,7 @@ def read_with_workers(path: str, options: PipelineOptions, folder: str) -> List[
 def test_one_file_on_s3_is_split_across_both_workers_exactly_once(cluster, s3_server, s3_bucket, tmp_path):
     local = str(tmp_path / "big.tfrecord")
     records = write_big_file(local, 20000)
-    bucket = s3_bucket[len("s3://"):]
+    bucket = s3_bucket[len("s3://") :]
     s3_server.client().upload_file(local, bucket, "big.tfrecord")
     path = f"{s3_bucket}/big.tfrecord"
     items = read_with_workers(path, cluster.options(s3_server), str(tmp_path / "cluster-results"))
@@ -290,8 +301,11 @@ def _connected_sdk_workers(pool_pid: int) -> List[int]:
             with open(f"/proc/{entry}/environ", "rb") as f:
                 environ = dict(v.split("=", 1) for v in f.read().decode("utf-8", "replace").split("\0") if "=" in v)
             control_port = int(environ["CONTROL_API_SERVICE_DESCRIPTOR"].split('"')[1].rsplit(":", 1)[1])
-            sockets = {os.readlink(f"/proc/{entry}/fd/{fd}")[8:-1] for fd in os.listdir(f"/proc/{entry}/fd")
-                       if os.readlink(f"/proc/{entry}/fd/{fd}").startswith("socket:[")}
+            sockets = {
+                os.readlink(f"/proc/{entry}/fd/{fd}")[8:-1]
+                for fd in os.listdir(f"/proc/{entry}/fd")
+                if os.readlink(f"/proc/{entry}/fd/{fd}").startswith("socket:[")
+            }
         except (OSError, IndexError, KeyError, ValueError):
             continue  # gone meanwhile, or not (yet) an SDK worker
         if any(established.get(inode) == control_port for inode in sockets):
@@ -320,9 +334,21 @@ def test_a_worker_killed_during_a_build(cluster, target, s3_server, s3_bucket, d
     out = f"{s3_bucket}/dataset"
     upload_tree(s3_server, direct_build, out)  # v1 is current
     local_out = s3_server.object_path(out)  # the files behind the objects
-    command = [sys.executable, "-m", "pipelines", "build", demo_config, "--output", out, "--version", "v2",
-               "--runner-config", os.path.join(REPO, "configs", f"{cluster.engine}-cluster.yaml"), "--no-progress",
-               *s3_server.pipeline_args()]
+    command = [
+        sys.executable,
+        "-m",
+        "pipelines",
+        "build",
+        demo_config,
+        "--output",
+        out,
+        "--version",
+        "v2",
+        "--runner-config",
+        os.path.join(REPO, "configs", f"{cluster.engine}-cluster.yaml"),
+        "--no-progress",
+        *s3_server.pipeline_args(),
+    ]
     build = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # Midway: once an SDK worker of worker 2's pool is connected to the engine. (Killing
@@ -357,5 +383,7 @@ def test_a_worker_killed_during_a_build(cluster, target, s3_server, s3_bucket, d
         assert dataset_dir.read_latest(local_out) == "v1"
         assert not os.path.exists(os.path.join(local_out, "v2", "dataset_info.json"))
         v1_files = [*version_files(os.path.join(direct_build, "v1")), "dataset_info.json"]
-        _, differing, unreadable = filecmp.cmpfiles(os.path.join(local_out, "v1"), os.path.join(direct_build, "v1"), v1_files, shallow=False)
+        _, differing, unreadable = filecmp.cmpfiles(
+            os.path.join(local_out, "v1"), os.path.join(direct_build, "v1"), v1_files, shallow=False
+        )
         assert (differing, unreadable) == ([], []), "the previous version was changed"

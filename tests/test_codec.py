@@ -27,7 +27,10 @@ typed_feature = st.one_of(
 
 
 def _same_float32(a, b):
-    return np.asarray(a, dtype=np.float32).view(np.uint32).tolist() == np.asarray(b, dtype=np.float32).view(np.uint32).tolist()
+    return (
+        np.asarray(a, dtype=np.float32).view(np.uint32).tolist()
+        == np.asarray(b, dtype=np.float32).view(np.uint32).tolist()
+    )
 
 
 def _check(value, typ, got):
@@ -200,7 +203,9 @@ def test_sequence_example_round_trip(context, lists):
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(int64s, st.lists(float32s, min_size=3, max_size=3), byte_strings), min_size=1, max_size=20))
 def test_batch_parse_matches_per_record(rows):
-    records = [codec.serialize_example({"l": (ints, "int"), "v": (v, "float"), "b": (b, "byte")}) for ints, v, b in rows]
+    records = [
+        codec.serialize_example({"l": (ints, "int"), "v": (v, "float"), "b": (b, "byte")}) for ints, v, b in rows
+    ]
     batch = codec.parse_examples_batch(records, {"l": "int", "v": "float", "b": "byte"})
     assert batch["l"].shape == (len(rows), 1) and batch["l"][:, 0].tolist() == [r[0] for r in rows]
     assert batch["v"].shape == (len(rows), 3)
@@ -220,7 +225,9 @@ def test_wire_compatible_with_the_tfrecord_package_protos():
     ex = their.Example.FromString(ours)
     assert list(ex.features.feature["a"].int64_list.value) == [1, -2]
     assert list(ex.features.feature["b"].bytes_list.value) == [b"x", b""]
-    assert Example.FromString(ex.SerializeToString()).features.feature["c"].float_list.value[0] == pytest.approx(math.pi)
+    assert Example.FromString(ex.SerializeToString()).features.feature["c"].float_list.value[0] == pytest.approx(
+        math.pi
+    )
 
 
 def test_batch_parse_byte_views_are_the_values_without_copies():

@@ -24,8 +24,17 @@ from tests.torch_data import build_tiny_dataset, corrupt_data_byte
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
-SLICES = ["train", "train[:50%]", "train[50%:]", "train[10%:90%]", "validation[:5]", "validation[-3:]",
-          "test[-20%:]", "train+validation", "train[:1]+test[:40%]"]
+SLICES = [
+    "train",
+    "train[:50%]",
+    "train[50%:]",
+    "train[10%:90%]",
+    "validation[:5]",
+    "validation[-3:]",
+    "test[-20%:]",
+    "train+validation",
+    "train[:1]+test[:40%]",
+]
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +115,10 @@ def test_readers_do_not_import_transforms():
     import subprocess
     import sys
 
-    code = ("import sys, tfrecord_io, tfrecord_io.torch, tfrecord_io.beam_dataset, tfrecord_io.dataset_reader; "
-            "print(sorted(m for m in sys.modules if m == 'transforms' or m.startswith('transforms.')))")
+    code = (
+        "import sys, tfrecord_io, tfrecord_io.torch, tfrecord_io.beam_dataset, tfrecord_io.dataset_reader; "
+        "print(sorted(m for m in sys.modules if m == 'transforms' or m.startswith('transforms.')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -129,8 +140,16 @@ def test_from_dataset_reads_a_slice_once_across_workers_and_ranks(built, workers
     want = expected(spec, info, order)
     seen = Counter()
     for rank in range(world):
-        ds = from_dataset(root, spec, batch_size=batch_size, features=["n", "tokens", "caption"],
-                          rank=rank, world_size=world, shuffle_queue_size=8, seed=0)
+        ds = from_dataset(
+            root,
+            spec,
+            batch_size=batch_size,
+            features=["n", "tokens", "caption"],
+            rank=rank,
+            world_size=world,
+            shuffle_queue_size=8,
+            seed=0,
+        )
         if batch_size is None:
             loader = DataLoader(ds, batch_size=8, num_workers=workers, collate_fn=lambda b: [int(r["n"][0]) for r in b])
             got = [i for b in loader for i in b]
@@ -170,7 +189,9 @@ def test_corrupt_record_of_a_built_dataset_names_shard_and_offset(built, tmp_pat
     ds = from_dataset(copy, "train[5%:]", batch_size=4)
     it = iter(DataLoader(ds, batch_size=None, num_workers=2))
     try:
-        with pytest.raises(RuntimeError, match=rf"{os.path.basename(shard)}, byte offset {offset}: corrupt record data"):
+        with pytest.raises(
+            RuntimeError, match=rf"{os.path.basename(shard)}, byte offset {offset}: corrupt record data"
+        ):
             list(it)
     finally:
         it._shutdown_workers()
@@ -198,7 +219,7 @@ def test_reads_a_dataset_on_the_s3_server(built, s3_server, s3_bucket, monkeypat
 
     root, info, order = built
     client = s3_server.client()
-    bucket = s3_bucket[len("s3://"):]
+    bucket = s3_bucket[len("s3://") :]
     for dirpath, _, names in os.walk(root):
         for name in names:
             local = os.path.join(dirpath, name)

@@ -49,8 +49,20 @@ def _start_build(config, out, tmp_path, version="v2", preexec_fn=None, extra=())
     env = dict(os.environ, TFRECORD_IO_LOG_DIR=str(tmp_path / "logs"))
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.Popen(
-        [sys.executable, "-m", "pipelines", "build", config, "--output", str(out), "--version", version,
-         "--no-progress", *TWO_WORKERS, *extra],
+        [
+            sys.executable,
+            "-m",
+            "pipelines",
+            "build",
+            config,
+            "--output",
+            str(out),
+            "--version",
+            version,
+            "--no-progress",
+            *TWO_WORKERS,
+            *extra,
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -78,8 +90,9 @@ def _comm(pid):
 
 def _is_worker(pid):
     """Beam's own worker process, or one forked by pipelines/local_workers.py."""
-    return (("sdk_worker_main" in _cmdline(pid) and not _cmdline(pid).startswith("/bin/sh"))
-            or _comm(pid) == PROCESS_NAME.decode())
+    return ("sdk_worker_main" in _cmdline(pid) and not _cmdline(pid).startswith("/bin/sh")) or _comm(
+        pid
+    ) == PROCESS_NAME.decode()
 
 
 def _wait_for_workers(proc, out, count=2, timeout=180):
@@ -90,7 +103,9 @@ def _wait_for_workers(proc, out, count=2, timeout=180):
         if len(workers) >= count and (out / "v2").exists():
             return workers
         time.sleep(0.1)
-    raise AssertionError(f"no {count} workers seen (exit {proc.poll()}): {proc.communicate()[1] if proc.poll() is not None else ''}")
+    raise AssertionError(
+        f"no {count} workers seen (exit {proc.poll()}): {proc.communicate()[1] if proc.poll() is not None else ''}"
+    )
 
 
 def _alive(pid):
@@ -169,7 +184,10 @@ def _can_mount_tmpfs(target):
     if os.geteuid() != 0 or not shutil.which("mount"):
         return False
     os.makedirs(target, exist_ok=True)
-    ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(target)], capture_output=True).returncode == 0
+    ok = (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(target)], capture_output=True).returncode
+        == 0
+    )
     if ok:
         subprocess.run(["umount", str(target)], check=True)
     return ok

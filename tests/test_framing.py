@@ -67,7 +67,11 @@ def test_frame_layout(data):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(payloads=payload_lists, chunk=st.sampled_from([64, 65, 100, 257, 4096, 1 << 20]), compression=st.sampled_from(["", "gzip", "zlib"]))
+@given(
+    payloads=payload_lists,
+    chunk=st.sampled_from([64, 65, 100, 257, 4096, 1 << 20]),
+    compression=st.sampled_from(["", "gzip", "zlib"]),
+)
 def test_round_trip_any_chunk_size(tmp_path, payloads, chunk, compression):
     path = str(tmp_path / "rt.tfrecord")
     with RecordWriter(path, compression) as w:
@@ -299,7 +303,9 @@ def test_real_error_pickles(tmp_path):
 
 
 def _resync_from(blob, start, size=True):
-    stream = FrameStream(io.BytesIO(blob[start:]), path="<mem>", offset=start, size=len(blob) if size else None, chunk_size=64)
+    stream = FrameStream(
+        io.BytesIO(blob[start:]), path="<mem>", offset=start, size=len(blob) if size else None, chunk_size=64
+    )
     found = stream.resync()
     return stream.offset if found else None
 

@@ -222,9 +222,7 @@ def test_loaders_on_golden_files():
     recs = golden_records("example")
     got = list(tfio.example_loader(golden_path("examples.tfrecord"), None))
     assert len(got) == len(recs)
-    simple = list(
-        tfio.tfrecord_loader(golden_path("examples.tfrecord"), None, None)
-    )
+    simple = list(tfio.tfrecord_loader(golden_path("examples.tfrecord"), None, None))
     assert [sorted(d) for d in simple] == [sorted(r["decoded"]["features"]) for r in recs]
     # the first SequenceExample has no feature list "x": a clear error naming it
     with pytest.raises(tfio.ExampleCodecError, match="'x'"):

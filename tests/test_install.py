@@ -76,7 +76,9 @@ print(json.dumps({
 
 def run(*cmd: str, **kwargs) -> str:
     proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=1800, **kwargs)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, (
+        f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    )
     return proc.stdout
 
 
@@ -87,14 +89,28 @@ def installed(python: str) -> Dict[str, str]:
 
 def clean_env() -> Dict[str, str]:
     """This environment without anything that would put the checkout on the path."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PIP_CONSTRAINT", "VIRTUAL_ENV")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PIP_CONSTRAINT", "VIRTUAL_ENV")
+    }
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     return env
 
 
 def test_wheel_installs_beside_the_newest_beam_and_tensorflow(tmp_path):
     env = clean_env()
-    run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path / "dist"), REPO, env=env, cwd=str(tmp_path))
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "-w",
+        str(tmp_path / "dist"),
+        REPO,
+        env=env,
+        cwd=str(tmp_path),
+    )
     (wheel,) = glob.glob(str(tmp_path / "dist" / "tfrecord_io-*.whl"))
 
     venv = tmp_path / "venv"

@@ -91,11 +91,11 @@ def test_sequence_examples_both_ways(tmp_path):
     tw.write(ctx, seq)
     tw.close()
     for path in (ours, theirs):
-        (c, lists), = list(tfio.sequence_loader(path, None, {"id": "int"}, {"tok": "int", "emb": "float"}))
+        ((c, lists),) = list(tfio.sequence_loader(path, None, {"id": "int"}, {"tok": "int", "emb": "float"}))
         assert c["id"].tolist() == [7]
         assert [s.tolist() for s in lists["tok"]] == [[1, 2], [3], []]
         assert [s.tolist() for s in lists["emb"]] == [[0.5], [1.5, 2.5], [4.0]]
-    (c, lists), = list(tfrecord_reader.sequence_loader(ours, None, {"id": "int"}, {"tok": "int", "emb": "float"}))
+    ((c, lists),) = list(tfrecord_reader.sequence_loader(ours, None, {"id": "int"}, {"tok": "int", "emb": "float"}))
     assert c["id"].tolist() == [7] and [s.tolist() for s in lists["emb"]] == [[0.5], [1.5, 2.5], [4.0]]
 
 

@@ -82,20 +82,31 @@ def test_build_from_directory_layout(tmp_path):
         for i in range(3):
             Image.new("RGB", (8 + i, 6), color).save(tmp_path / "tree" / label / f"{i}.png")
     config = tmp_path / "dir.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "pets",
-        "input": {"directory": "tree"},
-        "columns": {"image": {"encoder": "image", "column": "path"},
-                    "label": {"encoder": "label", "vocabulary": ["cat", "dog"]}},
-        "sharding": {"num_shards": 1},
-        "output": {"dir": "out", "version": "v1"},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "pets",
+                "input": {"directory": "tree"},
+                "columns": {
+                    "image": {"encoder": "image", "column": "path"},
+                    "label": {"encoder": "label", "vocabulary": ["cat", "dog"]},
+                },
+                "sharding": {"num_shards": 1},
+                "output": {"dir": "out", "version": "v1"},
+            }
+        )
+    )
     summary = run_build(load_config(str(config)), options(), progress=False)
     assert (summary.rows_in, summary.written, summary.rejected) == (6, 6, 0)
     path = os.path.join(summary.version_dir, "train", "pets-train.tfrecord-00000-of-00001")
-    enc = {"image": make_encoders({"image": {"encoder": "image"}})["image"],
-           "label": make_encoders({"label": {"encoder": "label", "vocabulary": ["cat", "dog"]}})["label"]}
-    got = sorted((decode_example(r, enc)["label"], decode_example(r, enc)["image"].shape) for r in tfrecord_io.tfrecord_iterator(path))
+    enc = {
+        "image": make_encoders({"image": {"encoder": "image"}})["image"],
+        "label": make_encoders({"label": {"encoder": "label", "vocabulary": ["cat", "dog"]}})["label"],
+    }
+    got = sorted(
+        (decode_example(r, enc)["label"], decode_example(r, enc)["image"].shape)
+        for r in tfrecord_io.tfrecord_iterator(path)
+    )
     assert got == [(0, (6, 8, 3)), (0, (6, 9, 3)), (0, (6, 10, 3)), (1, (6, 8, 3)), (1, (6, 9, 3)), (1, (6, 10, 3))]
 
 
@@ -111,9 +122,21 @@ def test_rerun_is_byte_identical_across_worker_counts(media, tmp_path):
 def test_different_seed_changes_order_but_not_content(media, tmp_path):
     root, config = media
     run_build(_cfg(config, tmp_path / "a", "v1"), options(), progress=False)
-    run_build(load_config(config, [("output.dir", str(tmp_path / "b")), ("output.version", "v1"), ("seed", 7)]), options(), progress=False)
-    a = [bytes(r) for p in sorted(glob.glob(str(tmp_path / "a/v1/*/*tfrecord-*[0-9]"))) for r in tfrecord_io.tfrecord_iterator(p)]
-    b = [bytes(r) for p in sorted(glob.glob(str(tmp_path / "b/v1/*/*tfrecord-*[0-9]"))) for r in tfrecord_io.tfrecord_iterator(p)]
+    run_build(
+        load_config(config, [("output.dir", str(tmp_path / "b")), ("output.version", "v1"), ("seed", 7)]),
+        options(),
+        progress=False,
+    )
+    a = [
+        bytes(r)
+        for p in sorted(glob.glob(str(tmp_path / "a/v1/*/*tfrecord-*[0-9]")))
+        for r in tfrecord_io.tfrecord_iterator(p)
+    ]
+    b = [
+        bytes(r)
+        for p in sorted(glob.glob(str(tmp_path / "b/v1/*/*tfrecord-*[0-9]")))
+        for r in tfrecord_io.tfrecord_iterator(p)
+    ]
     assert sorted(a) == sorted(b) and a != b
 
 
@@ -151,8 +174,23 @@ def test_killed_build_leaves_previous_version_current(media, tmp_path):
     run_build(_cfg(config, out, "v1"), options(), progress=False)
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pipelines", "build", config, "--output", str(out), "--version", "v2", "--no-progress", *TWO_WORKERS],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "pipelines",
+            "build",
+            config,
+            "--output",
+            str(out),
+            "--version",
+            "v2",
+            "--no-progress",
+            *TWO_WORKERS,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     deadline = time.monotonic() + 120
     while not os.path.exists(out / "v2") and time.monotonic() < deadline and proc.poll() is None:
@@ -174,8 +212,10 @@ def test_target_shard_size_derives_shard_count(media, tmp_path):
     from pipelines.manifest import load_rows, row_key
 
     root, config = media
-    cfg = load_config(config, [("output.dir", str(tmp_path / "o")), ("output.version", "v1"),
-                               ("sharding", {"target_shard_bytes": "100KB"})])
+    cfg = load_config(
+        config,
+        [("output.dir", str(tmp_path / "o")), ("output.version", "v1"), ("sharding", {"target_shard_bytes": "100KB"})],
+    )
     sources = {n: s.get("column") or n for n, s in cfg["columns"].items()}
     media_cols = [sources[c] for c in media_columns(cfg["columns"])]
     rows = load_rows(cfg["input"], media_cols, sorted(set(sources.values())))
@@ -200,10 +240,15 @@ def test_task_files_give_the_rows_back_exactly(tmp_path):
     in order (a U+2028 in a value must not cut its line)."""
     from pipelines.build import ShardTask, read_task, write_task_files
 
-    rows = [{"path": "a\u2028b.jpg", "label": "caf\u00e9", "_row": 2},
-            {"path": "b.jpg", "x": 1.5, "y": None, "z": [1, {"k": True}], "_row": 3}]
+    rows = [
+        {"path": "a\u2028b.jpg", "label": "caf\u00e9", "_row": 2},
+        {"path": "b.jpg", "x": 1.5, "y": None, "z": [1, {"k": True}], "_row": 3},
+    ]
     refs = write_task_files([ShardTask("train", 1, 4, rows), ShardTask("test", 0, 1, [])], str(tmp_path))
-    assert [(r["split"], r["shard"], r["num_shards"], r["rows"]) for r in refs] == [("train", 1, 4, 2), ("test", 0, 1, 0)]
+    assert [(r["split"], r["shard"], r["num_shards"], r["rows"]) for r in refs] == [
+        ("train", 1, 4, 2),
+        ("test", 0, 1, 0),
+    ]
     back = read_task(refs[0])
     assert (back.split, back.shard, back.num_shards, back.rows) == ("train", 1, 4, rows)
     assert read_task(refs[1]).rows == []
@@ -218,7 +263,10 @@ def test_forked_workers_only_for_the_direct_runners_multi_process_mode():
     assert worker_count(PipelineOptions(IN_PROCESS)) is None
     assert worker_count(PipelineOptions(["--runner=FlinkRunner"])) is None
     assert worker_count(PipelineOptions(["--runner=PrismRunner", "--direct_running_mode=multi_processing"])) is None
-    assert worker_count(PipelineOptions([*TWO_WORKERS, "--environment_type=EXTERNAL", "--environment_config=localhost:1"])) is None
+    assert (
+        worker_count(PipelineOptions([*TWO_WORKERS, "--environment_type=EXTERNAL", "--environment_config=localhost:1"]))
+        is None
+    )
 
 
 def test_cli_build_on_forked_workers_matches_one_in_process_worker(media, tmp_path):
@@ -228,8 +276,19 @@ def test_cli_build_on_forked_workers_matches_one_in_process_worker(media, tmp_pa
     _, config = media
     run_build(_cfg(config, tmp_path / "a", "v1"), options(IN_PROCESS), progress=False)
     log = tmp_path / "build.log"
-    run_cli("build", config, "--output", str(tmp_path / "b"), "--version", "v1", "--no-progress",
-            "--log-file", str(log), *TWO_WORKERS, check=True)
+    run_cli(
+        "build",
+        config,
+        "--output",
+        str(tmp_path / "b"),
+        "--version",
+        "v1",
+        "--no-progress",
+        "--log-file",
+        str(log),
+        *TWO_WORKERS,
+        check=True,
+    )
     assert "forked 2 local SDK workers" in log.read_text()
     a, b = str(tmp_path / "a" / "v1"), str(tmp_path / "b" / "v1")
     assert _shard_bytes(a) and _shard_bytes(a) == _shard_bytes(b)

@@ -110,11 +110,17 @@ def test_config_type_errors_name_each_field(tmp_path):
 def test_nonexistent_media_path_is_a_rejected_row(tmp_path):
     (tmp_path / "m.csv").write_text("image,label\nmissing.png,1\n")
     config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "t", "input": {"manifest": "m.csv"},
-        "columns": {"image": {"encoder": "image"}, "label": {"encoder": "int"}},
-        "output": {"dir": "out", "version": "v1"}, "sharding": {"num_shards": 1},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "t",
+                "input": {"manifest": "m.csv"},
+                "columns": {"image": {"encoder": "image"}, "label": {"encoder": "int"}},
+                "output": {"dir": "out", "version": "v1"},
+                "sharding": {"num_shards": 1},
+            }
+        )
+    )
     proc = run_cli("build", str(config), "--no-progress", *IN_PROCESS, check=True)
     assert "rows in: 1   written: 0   rejected: 1" in proc.stdout
     line = json.loads(open(tmp_path / "out" / "v1" / "rejected-00000-of-00001.jsonl").read())
@@ -213,18 +219,45 @@ def test_reshard_preserves_multiset_and_filters(built, tmp_path):
     root, config, out = built
     version = os.path.join(out, "v1")
     before = collections.Counter(
-        bytes(r) for p in glob.glob(os.path.join(version, "*", "*.tfrecord-*[0-9]")) for r in tfrecord_io.tfrecord_iterator(p)
+        bytes(r)
+        for p in glob.glob(os.path.join(version, "*", "*.tfrecord-*[0-9]"))
+        for r in tfrecord_io.tfrecord_iterator(p)
     )
-    proc = run_cli("reshard", out, "--output", str(tmp_path / "r" / "data"), "--num-shards", "3", "--no-progress", *TWO_WORKERS, check=True)
+    proc = run_cli(
+        "reshard",
+        out,
+        "--output",
+        str(tmp_path / "r" / "data"),
+        "--num-shards",
+        "3",
+        "--no-progress",
+        *TWO_WORKERS,
+        check=True,
+    )
     assert "into 3 shards, 12 records" in proc.stdout
     shards = sorted(glob.glob(str(tmp_path / "r" / "data-*-of-00003.tfrecord")))
     assert len(shards) == 3
     after = collections.Counter(bytes(r) for p in shards for r in tfrecord_io.tfrecord_iterator(p, p + ".index"))
     assert after == before
-    proc = run_cli("reshard", out, "--output", str(tmp_path / "g" / "zero"), "--where", "label=0", "--compression", "gzip",
-                   "--num-shards", "1", "--no-progress", *IN_PROCESS, check=True)
+    proc = run_cli(
+        "reshard",
+        out,
+        "--output",
+        str(tmp_path / "g" / "zero"),
+        "--where",
+        "label=0",
+        "--compression",
+        "gzip",
+        "--num-shards",
+        "1",
+        "--no-progress",
+        *IN_PROCESS,
+        check=True,
+    )
     (gz,) = glob.glob(str(tmp_path / "g" / "zero-*.tfrecord.gz"))
-    labels = [int(tfrecord_io.parse_example(r, {"label": "int"})["label"][0]) for r in tfrecord_io.tfrecord_iterator(gz)]
+    labels = [
+        int(tfrecord_io.parse_example(r, {"label": "int"})["label"][0]) for r in tfrecord_io.tfrecord_iterator(gz)
+    ]
     expected = sum(n for r, n in before.items() if tfrecord_io.parse_example(r, {"label": "int"})["label"][0] == 0)
     assert labels == [0] * expected and expected > 0
 
@@ -251,7 +284,9 @@ def test_shipped_configs_are_valid(tmp_path, monkeypatch):
     for path in datasets:
         raw = yaml.safe_load(open(path))
         cfg = validate_config(raw, os.path.dirname(path))
-        columns = {k: dict(v, vocabulary=["a", "b"]) if v.get("vocabulary") == "auto" else v for k, v in cfg["columns"].items()}
+        columns = {
+            k: dict(v, vocabulary=["a", "b"]) if v.get("vocabulary") == "auto" else v for k, v in cfg["columns"].items()
+        }
         assert make_encoders(columns)
     runners = sorted(_glob.glob(os.path.join(REPO, "configs", "*.yaml")))
     assert any(p.endswith("local.yaml") for p in runners)
@@ -291,14 +326,28 @@ def test_scheduled_build_entry_takes_flags(tmp_path):
     from tests.pipeline_support import REPO
 
     (tmp_path / "m.csv").write_text("caption,label\nhello,1\nwelt,2\n")
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump({
-        "name": "t", "input": {"manifest": "m.csv"}, "sharding": {"num_shards": 1},
-        "columns": {"caption": {"encoder": "text"}, "label": {"encoder": "int"}}, "output": {"dir": "out"},
-    }))
+    (tmp_path / "c.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "t",
+                "input": {"manifest": "m.csv"},
+                "sharding": {"num_shards": 1},
+                "columns": {"caption": {"encoder": "text"}, "label": {"encoder": "int"}},
+                "output": {"dir": "out"},
+            }
+        )
+    )
     proc = subprocess.run(
-        [sys.executable, os.path.join(REPO, "pipelines", "scheduled_build.py"), f"--config={tmp_path / 'c.yaml'}",
-         "--version=20261130T020000", *IN_PROCESS],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            os.path.join(REPO, "pipelines", "scheduled_build.py"),
+            f"--config={tmp_path / 'c.yaml'}",
+            "--version=20261130T020000",
+            *IN_PROCESS,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert dataset_dir.read_latest(str(tmp_path / "out")) == "20261130T020000"

@@ -61,8 +61,20 @@ def runtime_dir(requirement: str) -> str:
     done = os.path.join(target, ".complete")
     if not os.path.exists(done):
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--upgrade", "--no-deps", "--target", target, requirement],
-            check=True, timeout=600,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--upgrade",
+                "--no-deps",
+                "--target",
+                target,
+                requirement,
+            ],
+            check=True,
+            timeout=600,
         )
         open(done, "w").close()
     return target
@@ -70,7 +82,9 @@ def runtime_dir(requirement: str) -> str:
 
 def probe(first_on_path: str = "") -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [first_on_path, REPO, TESTS] if p))
-    proc = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=300, cwd=REPO
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

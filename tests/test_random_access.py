@@ -155,7 +155,9 @@ def test_scan_mapped_matches_read_records(tmp_path):
     size = len(open(path, "rb").read())
     cuts = [0, 1, 13, size // 3, size // 2 + 7, size - 5, size]
     for a, b in zip(cuts, cuts[1:]):
-        assert [(o, bytes(d)) for o, d in scan_mapped(path, a, b)] == [(o, bytes(d)) for o, d in read_records(path, a, b)]
+        assert [(o, bytes(d)) for o, d in scan_mapped(path, a, b)] == [
+            (o, bytes(d)) for o, d in read_records(path, a, b)
+        ]
     assert len(list(scan_mapped(path))) == 60
     offset = corrupt_data_byte(path, 44)
     with pytest.raises(CorruptRecordError, match=f"byte offset {offset}: corrupt record data"):

@@ -166,7 +166,9 @@ def test_tfrecord_loader_description_and_shuffle(tmp_path):
     labels = [int(r["label"][0]) for r in shuffled]
     assert sorted(labels) == list(range(50))
     sharded = [
-        int(r["label"][0]) for i in range(3) for r in tfio.tfrecord_loader(path, path + ".index", ["label"], shard=(i, 3))
+        int(r["label"][0])
+        for i in range(3)
+        for r in tfio.tfrecord_loader(path, path + ".index", ["label"], shard=(i, 3))
     ]
     assert sharded == list(range(50))
     # positional arguments as the tfrecord package takes them
@@ -179,7 +181,9 @@ def test_sequence_loader_and_writer(tmp_path):
     path = str(tmp_path / "seq.tfrecord")
     with tfio.TFRecordWriter(path) as w:
         for i in range(4):
-            w.write({"id": (i, "int")}, {"tokens": ([[i], [i, i + 1], []], "int"), "frames": ([b"a", b"b\x00"], "byte")})
+            w.write(
+                {"id": (i, "int")}, {"tokens": ([[i], [i, i + 1], []], "int"), "frames": ([b"a", b"b\x00"], "byte")}
+            )
     got = list(tfio.sequence_loader(path, None, {"id": "int"}, {"tokens": "int", "frames": "byte"}))
     assert len(got) == 4
     ctx, lists = got[2]
@@ -202,7 +206,9 @@ def _two_splits(tmp_path):
 
 def test_multi_tfrecord_loader_finite_reads_everything_once(tmp_path):
     pattern = _two_splits(tmp_path)
-    got = [int(r["x"][0]) for r in tfio.multi_tfrecord_loader(pattern, None, {"train": 1, "val": 3}, ["x"], infinite=False)]
+    got = [
+        int(r["x"][0]) for r in tfio.multi_tfrecord_loader(pattern, None, {"train": 1, "val": 3}, ["x"], infinite=False)
+    ]
     assert sorted(got) == list(range(20)) + list(range(1000, 1020))
     # zero weight: that split is never read
     got = [int(r["x"][0]) for r in tfio.multi_tfrecord_loader(pattern, None, {"train": 0, "val": 1}, infinite=False)]
@@ -217,7 +223,9 @@ def test_multi_tfrecord_loader_infinite_and_shard(tmp_path):
     # shard=(i, n) as the tfrecord package's 8th argument: shards split each split's records
     seen = []
     for i in range(2):
-        loader = tfio.multi_tfrecord_loader(pattern, pattern + ".index", {"train": 1, "val": 1}, ["x"], None, None, False, (i, 2))
+        loader = tfio.multi_tfrecord_loader(
+            pattern, pattern + ".index", {"train": 1, "val": 1}, ["x"], None, None, False, (i, 2)
+        )
         seen += [int(r["x"][0]) for r in loader]
     assert sorted(seen) == list(range(20)) + list(range(1000, 1020))
 

@@ -105,7 +105,11 @@ def test_histogram_is_the_same_whatever_the_partition():
             hist_merge(merged, p)
         got = hist_output(merged)
         assert (got["width"], got["bins"], got["n"], got["nonfinite"]) == (
-            expected["width"], expected["bins"], expected["n"], expected["nonfinite"])
+            expected["width"],
+            expected["bins"],
+            expected["n"],
+            expected["nonfinite"],
+        )
 
 
 def test_rejected_rows_group_by_reason_without_the_failing_path():
@@ -113,17 +117,37 @@ def test_rejected_rows_group_by_reason_without_the_failing_path():
     stays in each example; a line that is not JSON is a group of its own, not a crash."""
     from pipelines.report_stats import RejectedGroupFn, reason_group
 
-    lines = [json.dumps({"row": {"id": f"r{i}", "image": f"/data/img{i}.jpg"}, "column": "image", "stage": "decode",
-                         "reason": f"/data/img{i}.jpg: cannot read the image header (OSError: Truncated File Read)"})
-             for i in range(7)]
-    lines.append(json.dumps({"row": {"id": "x", "label": "fish"}, "column": "label", "stage": "transform",
-                             "reason": "label 'fish' is not in the vocabulary (3 names)"}))
+    lines = [
+        json.dumps(
+            {
+                "row": {"id": f"r{i}", "image": f"/data/img{i}.jpg"},
+                "column": "image",
+                "stage": "decode",
+                "reason": f"/data/img{i}.jpg: cannot read the image header (OSError: Truncated File Read)",
+            }
+        )
+        for i in range(7)
+    ]
+    lines.append(
+        json.dumps(
+            {
+                "row": {"id": "x", "label": "fish"},
+                "column": "label",
+                "stage": "transform",
+                "reason": "label 'fish' is not in the vocabulary (3 names)",
+            }
+        )
+    )
     lines.append("{not json")
     groups: Dict[str, list] = {}
     for line in lines:
         key, example = reason_group(line, "id")
         groups.setdefault(key, []).append(example)
-    assert sorted((json.loads(k)[:2] for k in groups), key=str) == [["image", "decode"], ["label", "transform"], [None, None]]
+    assert sorted((json.loads(k)[:2] for k in groups), key=str) == [
+        ["image", "decode"],
+        ["label", "transform"],
+        [None, None],
+    ]
     image = groups[json.dumps(["image", "decode", "cannot read the image header (OSError: Truncated File Read)"])]
     fn = RejectedGroupFn()
     halves = [fn.create_accumulator(), fn.create_accumulator()]
@@ -156,7 +180,7 @@ def test_media_for_the_page_from_any_image_mode_and_long_audio():
     def decoded(uri):
         return base64.b64decode(uri.split(",", 1)[1])
 
-    ramp16 = (np.arange(300 * 200, dtype=np.uint16).reshape(200, 300, 1) * 7)
+    ramp16 = np.arange(300 * 200, dtype=np.uint16).reshape(200, 300, 1) * 7
     uri, w, h = thumbnail(ramp16)
     img = Image.open(io.BytesIO(decoded(uri)))
     assert (w, h) == (128, 85) and img.size == (128, 85) and img.mode == "L"
@@ -178,9 +202,17 @@ def test_validation_section_shows_problems_and_a_report_of_another_version():
     from pipelines.report import ReportInput, _validation
 
     inp = ReportInput("/data/ds", "/data/ds/v2", {"name": "ds"}, [], [])
-    failed = {"ok": False, "dataset": "/data/ds/v1", "files": 2, "records": 10, "bytes": 1000, "checksums_checked": True,
-              "problems": [{"path": "/data/ds/v1/train/a.tfrecord", "offset": 4096, "kind": "corrupt",
-                            "reason": "data CRC mismatch"}]}
+    failed = {
+        "ok": False,
+        "dataset": "/data/ds/v1",
+        "files": 2,
+        "records": 10,
+        "bytes": 1000,
+        "checksums_checked": True,
+        "problems": [
+            {"path": "/data/ds/v1/train/a.tfrecord", "offset": 4096, "kind": "corrupt", "reason": "data CRC mismatch"}
+        ],
+    }
     section = _validation(inp, failed)
     assert "This validation report is for /data/ds/v1, not for /data/ds/v2." in section
     assert '<b class="error">FAILED: 1 problem(s)</b>' in section
@@ -209,8 +241,15 @@ def demo(tmp_path_factory):
     summary = run_report([out], options(), page_path, samples=3, validation=validation, progress=False)
     with open(page_path, encoding="utf-8") as f:
         page = f.read()
-    return {"root": str(root), "out": out, "version_dir": version_dir, "page": page, "path": page_path,
-            "summary": summary, "records": _records(version_dir)}
+    return {
+        "root": str(root),
+        "out": out,
+        "version_dir": version_dir,
+        "page": page,
+        "path": page_path,
+        "summary": summary,
+        "records": _records(version_dir),
+    }
 
 
 def test_demo_report_summary_matches_the_dataset(demo):
@@ -306,13 +345,21 @@ def test_split_filter_and_usage_errors(demo, tmp_path):
     with open(only, encoding="utf-8") as f:
         page = f.read()
     assert 'id="split-train"' in page and 'id="split-test"' not in page
-    ok = run_cli("report", demo["out"], "--samples", "1", "--no-progress", "--output", str(tmp_path / "cli.html"), *IN_PROCESS)
-    assert ok.returncode == 0 and ok.stdout.startswith(f"report: {tmp_path / 'cli.html'} (") and "1 rejection reason(s)" in ok.stdout
+    ok = run_cli(
+        "report", demo["out"], "--samples", "1", "--no-progress", "--output", str(tmp_path / "cli.html"), *IN_PROCESS
+    )
+    assert (
+        ok.returncode == 0
+        and ok.stdout.startswith(f"report: {tmp_path / 'cli.html'} (")
+        and "1 rejection reason(s)" in ok.stdout
+    )
     bad = run_cli("report", demo["out"], "--split", "nope", "--output", str(tmp_path / "x.html"))
     assert bad.returncode == 2 and "--split nope: not in this dataset" in bad.stderr and "Traceback" not in bad.stderr
     bad = run_cli("report", demo["out"], "--output", str(tmp_path / "missing" / "x.html"))
     assert bad.returncode == 2 and "does not exist" in bad.stderr
-    bad = run_cli("report", demo["out"], "--validation", str(tmp_path / "none.json"), "--output", str(tmp_path / "x.html"))
+    bad = run_cli(
+        "report", demo["out"], "--validation", str(tmp_path / "none.json"), "--output", str(tmp_path / "x.html")
+    )
     assert bad.returncode == 2 and "no such file" in bad.stderr
     assert not os.path.exists(tmp_path / "x.html")
 
@@ -332,7 +379,9 @@ def test_report_of_a_dataset_on_s3(demo, s3_server, s3_bucket, tmp_path):
         root = s3_bucket + "/datasets/demo"
         for path in files.list_prefix(demo["version_dir"]):
             if not path.endswith("report.html"):
-                files.write_bytes(files.join(root, "v1", os.path.relpath(path, demo["version_dir"])), open(path, "rb").read())
+                files.write_bytes(
+                    files.join(root, "v1", os.path.relpath(path, demo["version_dir"])), open(path, "rb").read()
+                )
         files.write_bytes(files.join(root, "LATEST"), b"v1\n")
         run_report([root], s3_options, s3_bucket + "/reports/demo.html", progress=False)
         page = files.read_bytes(s3_bucket + "/reports/demo.html").decode("utf-8")
@@ -369,16 +418,22 @@ def image_folder(tmp_path_factory):
                 img = img.convert("L")
             img.save(images / label / f"{label}_{i}.{'png' if i % 2 else 'jpg'}")
     config = root / "build.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "pets",
-        "input": {"directory": "images"},
-        "key": "path",
-        "columns": {"image": {"encoder": "image", "column": "path"},
-                    "label": {"encoder": "label", "column": "label", "vocabulary": "auto"}},
-        "splits": {"train": 0.7, "validation": 0.3},
-        "sharding": {"num_shards": 1},
-        "output": {"dir": "out", "version": "v1"},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "pets",
+                "input": {"directory": "images"},
+                "key": "path",
+                "columns": {
+                    "image": {"encoder": "image", "column": "path"},
+                    "label": {"encoder": "label", "column": "label", "vocabulary": "auto"},
+                },
+                "splits": {"train": 0.7, "validation": 0.3},
+                "sharding": {"num_shards": 1},
+                "output": {"dir": "out", "version": "v1"},
+            }
+        )
+    )
     run_build(load_config(str(config)), options(), progress=False, log=lambda *a: None)
     out = str(root / "out")
     page_path = str(root / "report.html")
@@ -392,7 +447,11 @@ def test_image_folder_report(image_folder):
     page = image_folder["page"]
     records = _records(image_folder["version_dir"])
     expected = _expected_samples(records, 2, by_label=True)
-    assert sum(len(v) for v in expected.values()) == page.count('<img class="thumb"') == page.count('<figure class="card">')
+    assert (
+        sum(len(v) for v in expected.values())
+        == page.count('<img class="thumb"')
+        == page.count('<figure class="card">')
+    )
     assert "<audio" not in page
     labels = re.search(r'<table class="label-table">(.*?)</table>', page, re.S).group(1)
     assert re.findall(r"<tr><td>(\w+)</td>", labels) == FOLDER_CLASSES  # the folder names
@@ -429,19 +488,45 @@ def test_numeric_text_and_bytes_columns(tmp_path):
     from tfrecord_io.writer import RecordWriter
     from transforms import Array, Bytes, Float, Int, Text, encode_row
 
-    spec = {"count": Int(), "score": Float(allow_nan=True), "emb": Array(dtype="float32", shape=(4,)),
-            "note": Text(), "blob": Bytes()}
-    rows = [{"count": i, "score": float("nan") if i == 7 else i / 10, "emb": [i, -i, 0.5, 2.0],
-             "note": "x" * (1 + i % 9), "blob": bytes([255, i % 256]) * (1 + i % 3)} for i in range(100)]
+    spec = {
+        "count": Int(),
+        "score": Float(allow_nan=True),
+        "emb": Array(dtype="float32", shape=(4,)),
+        "note": Text(),
+        "blob": Bytes(),
+    }
+    rows = [
+        {
+            "count": i,
+            "score": float("nan") if i == 7 else i / 10,
+            "emb": [i, -i, 0.5, 2.0],
+            "note": "x" * (1 + i % 9),
+            "blob": bytes([255, i % 256]) * (1 + i % 3),
+        }
+        for i in range(100)
+    ]
     version = tmp_path / "ds" / "v1"
     (version / "train").mkdir(parents=True)
     rel = "train/nums-train.tfrecord-00000-of-00001"
     with RecordWriter(str(version / rel), "") as writer:
         writer.write_records([encode_row(r, spec) for r in rows])
-    (version / "dataset_info.json").write_text(json.dumps({
-        "name": "nums", "version": "v1", "encoders": {c: e.to_config() for c, e in spec.items()},
-        "splits": {"train": {"records": 100, "bytes": os.path.getsize(version / rel), "num_shards": 1,
-                             "shards": [{"path": rel, "records": 100}]}}}))
+    (version / "dataset_info.json").write_text(
+        json.dumps(
+            {
+                "name": "nums",
+                "version": "v1",
+                "encoders": {c: e.to_config() for c, e in spec.items()},
+                "splits": {
+                    "train": {
+                        "records": 100,
+                        "bytes": os.path.getsize(version / rel),
+                        "num_shards": 1,
+                        "shards": [{"path": rel, "records": 100}],
+                    }
+                },
+            }
+        )
+    )
     (tmp_path / "ds" / "LATEST").write_text("v1\n")
     pages = []
     for source in (str(tmp_path / "ds"), str(version / "train" / "*.tfrecord-*")):
@@ -457,7 +542,7 @@ def test_numeric_text_and_bytes_columns(tmp_path):
         assert "length 1 .. 9 characters, mean" in page
         emb = re.search(r"<tr><td>emb</td><td>float</td><td>100</td><td>(.*?)</td>", page).group(1)
         assert emb == "4 .. 4"  # values per record
-        assert page.count('<figure class="card">') == 2 and "<img class=\"thumb\"" not in page
+        assert page.count('<figure class="card">') == 2 and '<img class="thumb"' not in page
 
 
 # --------------------------------------------------------------------------- in a real browser
@@ -482,11 +567,14 @@ def _check_in_browser(page_path: str, shot: str) -> Dict[str, object]:
     with _browser() as browser:
         load = browser.open("file://" + page_path)
         broken = browser.evaluate(
-            "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.alt)")
+            "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.alt)"
+        )
         durations = browser.evaluate(
             "Promise.all(Array.from(document.querySelectorAll('audio')).map(a => a.readyState >= 1 ? a.duration :"
             " new Promise(r => { a.addEventListener('loadedmetadata', () => r(a.duration));"
-            " a.addEventListener('error', () => r(-1)); setTimeout(() => r(-2), 20000); })))", await_promise=True)
+            " a.addEventListener('error', () => r(-1)); setTimeout(() => r(-2), 20000); })))",
+            await_promise=True,
+        )
         # The sample grids of the first split: their bounding box, and each thumbnail in it.
         grid = browser.evaluate(
             "(() => { const s = document.querySelector('section.split') || document.body;"
@@ -496,7 +584,8 @@ def _check_in_browser(page_path: str, shot: str) -> Dict[str, object]:
             " const w = Math.max(...rs.map(r => r.right)) - x, h = Math.max(...rs.map(r => r.bottom)) - y;"
             " const thumbs = Array.from(s.querySelectorAll('.grid img.thumb')).map(i => {"
             " const t = i.getBoundingClientRect(); return [t.left - x, t.top - y, t.width, t.height, i.src]; });"
-            " return {x: x + scrollX, y: y + scrollY, width: w, height: h, thumbs}; })()")
+            " return {x: x + scrollX, y: y + scrollY, width: w, height: h, thumbs}; })()"
+        )
         browser.screenshot(shot, clip={k: grid[k] for k in ("x", "y", "width", "height")})
     image = Image.open(shot).convert("RGB")
     blank, unlike = [], []
@@ -515,8 +604,14 @@ def _check_in_browser(page_path: str, shot: str) -> Dict[str, object]:
         diff = np.abs(np.asarray(region, dtype=np.int16) - np.asarray(want, dtype=np.int16)).mean()
         if diff > 20:
             unlike.append(i)
-    return {"load": load, "broken": broken, "durations": durations, "thumbs": len(grid["thumbs"]),
-            "blank": blank, "unlike": unlike}
+    return {
+        "load": load,
+        "broken": broken,
+        "durations": durations,
+        "thumbs": len(grid["thumbs"]),
+        "blank": blank,
+        "unlike": unlike,
+    }
 
 
 @pytest.mark.browser
@@ -527,7 +622,9 @@ def test_demo_report_in_chromium(demo, tmp_path):
     assert [u for u in load.requests if not u.startswith("data:")] == ["file://" + demo["path"]]
     assert seen["broken"] == []
     assert seen["thumbs"] >= 3 and seen["blank"] == [] and seen["unlike"] == []  # the screenshot shows every thumbnail
-    assert len(seen["durations"]) == demo["page"].count("<audio") and all(abs(d - 0.25) < 0.01 for d in seen["durations"])
+    assert len(seen["durations"]) == demo["page"].count("<audio") and all(
+        abs(d - 0.25) < 0.01 for d in seen["durations"]
+    )
 
 
 @pytest.mark.browser
@@ -553,7 +650,8 @@ def test_browser_check_sees_requests_console_errors_and_blank_images(tmp_path):
         '<!DOCTYPE html><html><body><div class="grid">'
         f'<img class="thumb" src="{data_uri("image/png", blank.getvalue())}" width="128" height="128">'
         '<img class="thumb" src="data:image/png;base64,bm90IGEgcG5n" alt="broken" width="128" height="128">'
-        '</div><img src="http://127.0.0.1:9/remote.png" alt="remote"><script>console.error("boom")</script></body></html>')
+        '</div><img src="http://127.0.0.1:9/remote.png" alt="remote"><script>console.error("boom")</script></body></html>'
+    )
     seen = _check_in_browser(str(page), str(tmp_path / "bad.png"))
     assert "http://127.0.0.1:9/remote.png" in seen["load"].requests
     assert any("boom" in e for e in seen["load"].console_errors)

@@ -92,7 +92,10 @@ def test_runner_flag_forms(cache):
     for flags in (["--runner", "SparkRunner"], ["--runner=apache_beam.runners.portability.spark_runner.SparkRunner"]):
         assert add_runner_binaries(flags)[-1] == f"--spark_job_server_jar={cache / SPARK_JAR}"
     # the last --runner wins; the local runner needs nothing
-    assert add_runner_binaries(["--runner=FlinkRunner", "--runner=DirectRunner"]) == ["--runner=FlinkRunner", "--runner=DirectRunner"]
+    assert add_runner_binaries(["--runner=FlinkRunner", "--runner=DirectRunner"]) == [
+        "--runner=FlinkRunner",
+        "--runner=DirectRunner",
+    ]
 
 
 def test_user_given_jar_or_endpoint_wins(cache):
@@ -104,7 +107,11 @@ def test_user_given_jar_or_endpoint_wins(cache):
 
 def test_local_and_dataflow_runs_need_no_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TFRECORD_IO_RUNNER_CACHE", str(tmp_path / "empty"))
-    assert beam_args(None, [])[1:] == ["--runner=DirectRunner", "--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+    assert beam_args(None, [])[1:] == [
+        "--runner=DirectRunner",
+        "--direct_num_workers=2",
+        "--direct_running_mode=multi_processing",
+    ]
     flags = beam_args(section("dataflow"), [])
     assert "--runner=DataflowRunner" in flags and "--experiments=use_runner_v2" in flags
 
@@ -143,9 +150,15 @@ def test_fetch_runners_keeps_up_to_date_outputs(cache, tmp_path):
             (cache / f"{jar}.pom.sha256").write_text(hashlib.sha256(f.read()).hexdigest() + "\n")
         os.utime(cache / jar, (1, 1))  # older than the pom: only the stamp says "current"
     (cache / PRISM_BIN).chmod(0o755)
-    env = {"PATH": _fake_tools(tmp_path), "HOME": str(tmp_path), "TFRECORD_IO_RUNNER_CACHE": str(cache), "PYTHON": sys.executable}
-    proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "fetch-runners")],
-                          capture_output=True, text=True, env=env, timeout=60)
+    env = {
+        "PATH": _fake_tools(tmp_path),
+        "HOME": str(tmp_path),
+        "TFRECORD_IO_RUNNER_CACHE": str(cache),
+        "PYTHON": sys.executable,
+    }
+    proc = subprocess.run(
+        ["bash", os.path.join(REPO, "scripts", "fetch-runners")], capture_output=True, text=True, env=env, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         f"flink_job_server_jar={cache / FLINK_JAR}",
@@ -160,9 +173,19 @@ def test_fetch_runners_rebuilds_a_stale_jar_and_reports_failure(cache, tmp_path)
     fails, the old jar stays, the exit status is 1 and the message names the pom."""
     (cache / f"{FLINK_JAR}.pom.sha256").write_text("0" * 64 + "\n")
     os.utime(cache / FLINK_JAR, (1, 1))
-    env = {"PATH": _fake_tools(tmp_path), "HOME": str(tmp_path), "TFRECORD_IO_RUNNER_CACHE": str(cache), "PYTHON": sys.executable}
-    proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "fetch-runners"), "--only", "flink"],
-                          capture_output=True, text=True, env=env, timeout=60)
+    env = {
+        "PATH": _fake_tools(tmp_path),
+        "HOME": str(tmp_path),
+        "TFRECORD_IO_RUNNER_CACHE": str(cache),
+        "PYTHON": sys.executable,
+    }
+    proc = subprocess.run(
+        ["bash", os.path.join(REPO, "scripts", "fetch-runners"), "--only", "flink"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert (tmp_path / "mvn.called").exists()
     assert "Maven failed for" in proc.stderr and "flink-job-server/pom.xml" in proc.stderr

@@ -179,9 +179,7 @@ def demo_config(tmp_path_factory):
 
 def _shard_records(version_dir: str, info: Dict[str, Any]) -> Dict[str, int]:
     return {
-        os.path.join(version_dir, s["path"]): s["records"]
-        for split in info["splits"].values()
-        for s in split["shards"]
+        os.path.join(version_dir, s["path"]): s["records"] for split in info["splits"].values() for s in split["shards"]
     }
 
 

@@ -74,7 +74,27 @@ def test_crc32c_block_boundaries_of_the_interleaved_path():
     # the 3-stream loops switch at multiples of 3*256 and 3*8192 bytes
     # and the folding path starts at 1024 bytes, in steps of 256
     blob = os.urandom(3 * 8192 * 3 + 1000)
-    sizes = (0, 1, 7, 8, 767, 768, 769, 1023, 1024, 1025, 1279, 1280, 1281, 24575, 24576, 24577, 49152, 73728, len(blob) - 5)
+    sizes = (
+        0,
+        1,
+        7,
+        8,
+        767,
+        768,
+        769,
+        1023,
+        1024,
+        1025,
+        1279,
+        1280,
+        1281,
+        24575,
+        24576,
+        24577,
+        49152,
+        73728,
+        len(blob) - 5,
+    )
     for impl in _crc_impls():
         previous = S._crc_impl(impl)
         try:
@@ -181,7 +201,9 @@ def _read_all(path, use_c, **kw):
     return out
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(buf=damaged_buffers(), data=st.data())
 def test_read_records_same_with_c_and_python_scanners(tmp_path, buf, data):
     path = str(tmp_path / "f.tfrecord")
@@ -438,18 +460,29 @@ def test_c_parser_equals_upb_on_unusual_encodings(examples):
     # records that all have the first record's keys and kinds
     records = [data for data, desc in examples if desc == description] or [examples[0][0]]
     per_record, batch = _upb_parse(records, description)
-    cols = S.parse_examples(records, [k.encode() for k in description], [codec._KIND_CODES[codec.TYPE_NAMES[t]] for t in description.values()])
+    cols = S.parse_examples(
+        records,
+        [k.encode() for k in description],
+        [codec._KIND_CODES[codec.TYPE_NAMES[t]] for t in description.values()],
+    )
     assert cols is not None  # all of these are valid encodings the C parser takes
     assert _same(codec.parse_examples(records, description), per_record)
     assert _same(codec.parse_examples_batch(records, description), batch)
 
 
 @SETTINGS
-@given(datums=st.lists(st.fixed_dictionaries({
-    "label": st.tuples(_INT64, st.just("int")),
-    "floats": st.tuples(st.lists(_F32, max_size=4), st.just("float")),
-    "text": st.tuples(st.lists(st.binary(max_size=5), max_size=3), st.just("byte")),
-}), max_size=6))
+@given(
+    datums=st.lists(
+        st.fixed_dictionaries(
+            {
+                "label": st.tuples(_INT64, st.just("int")),
+                "floats": st.tuples(st.lists(_F32, max_size=4), st.just("float")),
+                "text": st.tuples(st.lists(st.binary(max_size=5), max_size=3), st.just("byte")),
+            }
+        ),
+        max_size=6,
+    )
+)
 def test_c_parser_equals_upb_on_written_examples(datums):
     records = [codec.serialize_example(d) for d in datums]
     description = {"label": "int", "floats": "float", "text": "byte"}
@@ -462,7 +495,6 @@ def test_c_parser_equals_upb_on_written_examples(datums):
 
 def _example(**features) -> bytes:
     return codec.serialize_example(features)
-
 
 
 @pytest.mark.parametrize(
@@ -528,7 +560,11 @@ def test_loader_equals_per_record_parse(tmp_path):
     path = str(tmp_path / "f.tfrecord")
     rng = np.random.default_rng(3)
     datums = [
-        {"label": int(rng.integers(-5, 5)), "v": ([float(x) for x in rng.random(int(rng.integers(0, 4)))], "float"), "t": b"x" * i}
+        {
+            "label": int(rng.integers(-5, 5)),
+            "v": ([float(x) for x in rng.random(int(rng.integers(0, 4)))], "float"),
+            "t": b"x" * i,
+        }
         for i in range(700)
     ]
     with writer.TFRecordWriter(path) as w:

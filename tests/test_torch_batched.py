@@ -93,8 +93,9 @@ def test_drop_last_gives_every_rank_the_same_full_batches(big_file, workers):
     path, index = big_file
     per_rank = []
     for rank in range(3):  # 600 // 3 = 200 records a rank: 2 batches of 70, 60 dropped
-        ds = TFRecordBatchDataset(path, index, DESC, 70, drop_last=True, rank=rank, world_size=3,
-                                  shuffle_queue_size=50, seed=1)
+        ds = TFRecordBatchDataset(
+            path, index, DESC, 70, drop_last=True, rank=rank, world_size=3, shuffle_queue_size=50, seed=1
+        )
         got = batches(ds, workers)
         assert len(ds) == 2 and [len(b["id"]) for b in got] == [70, 70]
         per_rank.append(ids(got))

@@ -137,8 +137,9 @@ def test_explicit_seed_and_set_epoch(tmp_path):
     for epoch in (0, 1, 0):
         seen = []
         for rank in range(2):
-            ds = TFRecordDataset(paths, None, ["id"], shuffle_queue_size=16, shuffle_files=True, seed=5,
-                                 rank=rank, world_size=2)
+            ds = TFRecordDataset(
+                paths, None, ["id"], shuffle_queue_size=16, shuffle_files=True, seed=5, rank=rank, world_size=2
+            )
             ds.set_epoch(epoch)
             torch.manual_seed(epoch * 100 + rank)  # must not matter with an explicit seed
             seen.append(epoch_ids(ds, 2))
@@ -158,8 +159,9 @@ def test_shuffle_files_across_ranks_needs_seed(big_file):
 
 def test_transform_and_padding_collate(big_file):
     path, index = big_file
-    ds = TFRecordDataset(path, index, {"id": "int", "tokens": "int", "payload": "byte"},
-                         transform=lambda r: {**r, "twice": r["id"] * 2})
+    ds = TFRecordDataset(
+        path, index, {"id": "int", "tokens": "int", "payload": "byte"}, transform=lambda r: {**r, "twice": r["id"] * 2}
+    )
     batch = next(iter(DataLoader(ds, batch_size=32, num_workers=2, collate_fn=pad_collate)))
     assert torch.equal(batch["twice"][:, 0], batch["id"][:, 0] * 2)
     lengths = batch["tokens_length"]

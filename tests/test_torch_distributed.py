@@ -49,8 +49,14 @@ def test_two_rank_gloo_world_reads_each_record_once(tmp_path):
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
     procs = [
-        subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, str(r), store, path], cwd=ROOT, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", RANK_SCRIPT, str(r), store, path],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for r in range(2)
     ]
     outs = [p.communicate(timeout=240) for p in procs]
@@ -106,8 +112,14 @@ def test_two_rank_world_batched_and_built_dataset_reads(tmp_path):
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
     procs = [
-        subprocess.Popen([sys.executable, "-c", BATCHED_RANK_SCRIPT, str(r), store, path, root], cwd=ROOT, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", BATCHED_RANK_SCRIPT, str(r), store, path, root],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for r in range(2)
     ]
     outs = [p.communicate(timeout=240) for p in procs]

@@ -48,6 +48,10 @@ def test_tfrecord_io_torch_does_import_torch():
     # the check above is only meaningful if the same probe sees torch when it is imported
     out = subprocess.run(
         [sys.executable, "-c", "import sys, tfrecord_io.torch; print('torch' in sys.modules)"],
-        cwd=ROOT, capture_output=True, text=True, check=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
     )
     assert out.stdout.strip() == "True"

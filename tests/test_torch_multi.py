@@ -73,8 +73,10 @@ def test_finite_epoch_reads_each_record_once(splits_dir, workers, with_index):
 
 def test_len_of_finite_indexed_epoch(splits_dir):
     pattern, index = str(splits_dir / "{}.tfrecord"), str(splits_dir / "{}.tfrecord.index")
-    lens = [len(MultiTFRecordDataset(pattern, index, {"a": 1, "b": 2}, infinite=False, rank=r, world_size=2))
-            for r in range(2)]
+    lens = [
+        len(MultiTFRecordDataset(pattern, index, {"a": 1, "b": 2}, infinite=False, rank=r, world_size=2))
+        for r in range(2)
+    ]
     assert sum(lens) == A + B
     with pytest.raises(TypeError, match="infinite"):
         len(MultiTFRecordDataset(pattern, index, {"a": 1}))
@@ -111,8 +113,7 @@ def test_tfds_shard_names(tmp_path):
     ds = MultiTFRecordDataset(glob, "auto", {"train": 1, "test": 0}, ["id"], infinite=False)
     assert len(ds) == 150
     assert sorted(_take(ds, 10**6, 3)) == list(range(150))
-    by_pattern = MultiTFRecordDataset(str(tmp_path / "mnist-{}.tfrecord-*"), None, {"test": 1}, ["id"],
-                                      infinite=False)
+    by_pattern = MultiTFRecordDataset(str(tmp_path / "mnist-{}.tfrecord-*"), None, {"test": 1}, ["id"], infinite=False)
     assert sorted(_take(by_pattern, 10**6, 2)) == list(range(10_000, 10_100))
     files = sorted(str(p) for p in tmp_path.glob("mnist-train.tfrecord-*-of-00003"))
     with pytest.warns(UserWarning, match="1 TFDS shard"):
@@ -122,8 +123,15 @@ def test_tfds_shard_names(tmp_path):
 
 def test_seeded_order_is_reproducible(splits_dir):
     def run(seed, epoch):
-        ds = MultiTFRecordDataset(str(splits_dir / "{}.tfrecord"), None, {"a": 1, "b": 1}, ["id"],
-                                  shuffle_queue_size=32, infinite=False, seed=seed)
+        ds = MultiTFRecordDataset(
+            str(splits_dir / "{}.tfrecord"),
+            None,
+            {"a": 1, "b": 1},
+            ["id"],
+            shuffle_queue_size=32,
+            infinite=False,
+            seed=seed,
+        )
         ds.set_epoch(epoch)
         return _take(ds, 10**6, 2)
 
@@ -134,15 +142,25 @@ def test_seeded_order_is_reproducible(splits_dir):
 
 
 def test_transform_applies(splits_dir):
-    ds = MultiTFRecordDataset(str(splits_dir / "{}.tfrecord"), None, {"b": 1}, ["id"], infinite=False,
-                              transform=lambda r: int(r["id"][0]) - 1000)
+    ds = MultiTFRecordDataset(
+        str(splits_dir / "{}.tfrecord"),
+        None,
+        {"b": 1},
+        ["id"],
+        infinite=False,
+        transform=lambda r: int(r["id"][0]) - 1000,
+    )
     assert sorted(ds) == list(range(B))
 
 
 def test_tiny_split_with_more_workers_than_records(splits_dir, tmp_path):
     write_examples(str(tmp_path / "tiny.tfrecord"), [5000, 5001])
-    ds = MultiTFRecordDataset({"a": str(splits_dir / "a.tfrecord"), "tiny": str(tmp_path / "tiny.tfrecord")},
-                              None, {"a": 1, "tiny": 1}, ["id"])
+    ds = MultiTFRecordDataset(
+        {"a": str(splits_dir / "a.tfrecord"), "tiny": str(tmp_path / "tiny.tfrecord")},
+        None,
+        {"a": 1, "tiny": 1},
+        ["id"],
+    )
     got = _take(ds, 2000, 3)  # worker 2 has no tiny record: it samples only "a", never spins
     assert len(got) == 2000 and {5000, 5001} <= set(got)
 

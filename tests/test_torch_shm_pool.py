@@ -152,13 +152,22 @@ def test_large_numpy_arrays_and_pinned_batches_go_through_the_pool(data):
 
     def big(batch):
         ids = batch["id"].reshape(-1)  # NumPy inside the worker
-        return {"id": batch["id"], "rows": np.repeat((ids % 251).astype(np.uint8)[:, None], ROW, axis=1),
-                "slots": len(worker_pool().slots)}
+        return {
+            "id": batch["id"],
+            "rows": np.repeat((ids % 251).astype(np.uint8)[:, None], ROW, axis=1),
+            "slots": len(worker_pool().slots),
+        }
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no accelerator here: torch warns and skips pinning
-        got = list(DataLoader(TFRecordBatchDataset(path, index, DESC, 16, batch_transform=big), batch_size=None,
-                              num_workers=2, pin_memory=True))
+        got = list(
+            DataLoader(
+                TFRecordBatchDataset(path, index, DESC, 16, batch_transform=big),
+                batch_size=None,
+                num_workers=2,
+                pin_memory=True,
+            )
+        )
     assert max(b["slots"] for b in got) >= 1
     for batch in got:
         _check(batch)

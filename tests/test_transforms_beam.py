@@ -54,7 +54,15 @@ def make_rows(tmp_path, n_good=12):
         path.write_bytes(image_bytes(PILImage.fromarray(pixels(8 + i, 10, 3, seed=i)), "PNG"))
         audio = tmp_path / f"a{i}.flac"
         audio.write_bytes(audio_bytes(sine(8000 + 1000 * (i % 3), 0.05, 1 + i % 2), 8000 + 1000 * (i % 3), "FLAC"))
-        rows.append({"id": i, "image": str(path), "caption": f"picture {i} — ünïcödé", "label": ["cat", "dog"][i % 2], "audio": str(audio)})
+        rows.append(
+            {
+                "id": i,
+                "image": str(path),
+                "caption": f"picture {i} — ünïcödé",
+                "label": ["cat", "dog"][i % 2],
+                "audio": str(audio),
+            }
+        )
     good_audio = rows[0]["audio"]
 
     def add(kind, stage, column, **change):
@@ -108,7 +116,11 @@ def test_dead_letter_counts_and_round_trip_through_files(tmp_path, runner):
 
     expected = [(i, stage, column, True) for i, (_, stage, column) in bad.items()]
     assert_that(result.rejected | beam.Map(summary), equal_to(expected), label="RejectedAsExpected")
-    result.rejected | beam.Map(lambda r: f"{r['row']['id']}\t{r['stage']}\t{r['reason']}") | beam.io.WriteToText(rejected_path)
+    (
+        result.rejected
+        | beam.Map(lambda r: f"{r['row']['id']}\t{r['stage']}\t{r['reason']}")
+        | beam.io.WriteToText(rejected_path)
+    )
     run = p.run()
     run.wait_until_finish()
 
@@ -146,9 +158,16 @@ def test_decode_transform_reads_beam_files_and_rejects_garbage(tmp_path):
         records = p | BeamReadFromTFRecord(prefix + "*")
         garbage = p | "Garbage" >> beam.Create([b"\x0a\x05garbage"])
         out = (records, garbage) | beam.Flatten() | DecodeExample(SPEC)
-        assert_that(out.decoded | "Summ" >> beam.Map(lambda d: (d["id"], d["caption"], d["image"].shape)),
-                    equal_to([(r["id"], r["caption"], (8 + r["id"], 10, 3)) for r in good]), label="Decoded")
-        assert_that(out.rejected | "Why" >> beam.Map(lambda r: (r["stage"], "Example" in r["reason"])), equal_to([("decode", True)]), label="Rejected")
+        assert_that(
+            out.decoded | "Summ" >> beam.Map(lambda d: (d["id"], d["caption"], d["image"].shape)),
+            equal_to([(r["id"], r["caption"], (8 + r["id"], 10, 3)) for r in good]),
+            label="Decoded",
+        )
+        assert_that(
+            out.rejected | "Why" >> beam.Map(lambda r: (r["stage"], "Example" in r["reason"])),
+            equal_to([("decode", True)]),
+            label="Rejected",
+        )
 
 
 def test_sequence_examples_in_beam(tmp_path):
@@ -156,9 +175,17 @@ def test_sequence_examples_in_beam(tmp_path):
     seq = {"tokens": Steps("int", vocabulary=["a", "b", "c"])}
     with beam.Pipeline(options=PipelineOptions(RUNNERS["direct"])) as p:
         out = p | beam.Create(rows) | EncodeSequenceExample({"id": Int()}, seq)
-        decoded = out.examples | "Dec" >> beam.Map(lambda b: decode_sequence_example(b, {"id": Int()}, seq)) | "Tok" >> beam.Map(lambda d: (d["id"], d["tokens"].tolist()))
+        decoded = (
+            out.examples
+            | "Dec" >> beam.Map(lambda b: decode_sequence_example(b, {"id": Int()}, seq))
+            | "Tok" >> beam.Map(lambda d: (d["id"], d["tokens"].tolist()))
+        )
         assert_that(decoded, equal_to([(0, [0]), (1, [0, 1]), (2, [0, 1, 2])]), label="Seq")
-        assert_that(out.rejected | "Why" >> beam.Map(lambda r: (r["row"]["id"], r["column"], r["stage"])), equal_to([(9, "tokens", "transform")]), label="SeqRejected")
+        assert_that(
+            out.rejected | "Why" >> beam.Map(lambda r: (r["row"]["id"], r["column"], r["stage"])),
+            equal_to([(9, "tokens", "transform")]),
+            label="SeqRejected",
+        )
 
 
 def test_spec_errors_raise_at_construction():
@@ -187,12 +214,23 @@ def test_round_trip_through_the_package_sink_and_split_read(tmp_path, runner):
     assert len(shards) == 3 and all(os.path.exists(s + ".index") for s in shards)
     out = str(tmp_path / "decoded")
     with beam.Pipeline(options=PipelineOptions(RUNNERS[runner])) as p:
-        dec = p | ReadFromTFRecord(prefix + "*.tfrecord", desired_bundle_size=2048, index_pattern=False) | DecodeExample(SPEC)
+        dec = (
+            p
+            | ReadFromTFRecord(prefix + "*.tfrecord", desired_bundle_size=2048, index_pattern=False)
+            | DecodeExample(SPEC)
+        )
         summary = dec.decoded | beam.Map(
-            lambda d: "\t".join([str(d["id"]), d["caption"], d["image"].tobytes().hex(), str(d["audio"].samples.shape), str(d["label"])])
+            lambda d: "\t".join(
+                [str(d["id"]), d["caption"], d["image"].tobytes().hex(), str(d["audio"].samples.shape), str(d["label"])]
+            )
         )
         summary | beam.io.WriteToText(out)
-        dec.rejected | "CountRejected" >> beam.combiners.Count.Globally() | "Zero" >> beam.Map(lambda n: n == 0) | "WriteOK" >> beam.io.WriteToText(out + "-ok")
+        (
+            dec.rejected
+            | "CountRejected" >> beam.combiners.Count.Globally()
+            | "Zero" >> beam.Map(lambda n: n == 0)
+            | "WriteOK" >> beam.io.WriteToText(out + "-ok")
+        )
     lines = [line.rstrip("\n").split("\t") for f in glob.glob(out + "-0*") for line in open(f)]
     assert sorted(int(x[0]) for x in lines) == sorted(good)  # each exactly once
     for ident, caption, pixels_hex, shape, label in lines:

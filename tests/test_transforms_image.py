@@ -34,7 +34,11 @@ def test_lossless_formats_keep_bytes_and_decode_exactly(mode, channels, fmt):
     feats, out = roundtrip(data, Image())
     assert feats["image/encoded"] == data  # the original bytes, untouched
     assert feats["image/format"] == fmt.lower().encode()
-    assert (int(feats["image/height"][0]), int(feats["image/width"][0]), int(feats["image/channels"][0])) == (7, 13, channels)
+    assert (int(feats["image/height"][0]), int(feats["image/width"][0]), int(feats["image/channels"][0])) == (
+        7,
+        13,
+        channels,
+    )
     assert out.shape == (7, 13, channels) and out.dtype == np.uint8
     np.testing.assert_array_equal(out, arr)
 
@@ -90,7 +94,7 @@ def test_palette_images_decode_to_rgb_or_rgba(transparent):
 
 
 def test_one_bit_image_decodes_to_l():
-    arr = (pixels(6, 10, 1, seed=5)[..., 0] > 127)
+    arr = pixels(6, 10, 1, seed=5)[..., 0] > 127
     data = image_bytes(PILImage.fromarray(arr), "PNG")
     feats, out = roundtrip(data, Image())
     assert feats["image/mode"] == b"L" and out.shape == (6, 10, 1)
@@ -252,9 +256,15 @@ def test_property_lossless_round_trip(mode, height, width, store, seed):
 
 
 def test_features_describe_keys():
-    feats = encode_features({"photo": image_bytes(PILImage.fromarray(gradient(4, 4)), "PNG")}, {"photo": Image(key="img")})
-    assert sorted(feats) == sorted(f"img/{k}" for k in ("encoded", "format", "height", "width", "channels", "mode", "dtype"))
-    assert [s.key for s in Image(key="img").feature_specs("photo")] == [f"img/{k}" for k in ("encoded", "format", "height", "width", "channels", "mode", "dtype")]
+    feats = encode_features(
+        {"photo": image_bytes(PILImage.fromarray(gradient(4, 4)), "PNG")}, {"photo": Image(key="img")}
+    )
+    assert sorted(feats) == sorted(
+        f"img/{k}" for k in ("encoded", "format", "height", "width", "channels", "mode", "dtype")
+    )
+    assert [s.key for s in Image(key="img").feature_specs("photo")] == [
+        f"img/{k}" for k in ("encoded", "format", "height", "width", "channels", "mode", "dtype")
+    ]
 
 
 def test_verify_false_reads_only_the_header_when_bytes_are_kept():
@@ -387,6 +397,6 @@ def test_kept_jpeg_is_proved_whole_by_its_scan_decode():
     assert decoded.shape == (96, 160, 3)
     broken = bytearray(whole)
     middle = len(whole) // 2
-    broken[middle:middle + 40] = b"\xff" * 40
+    broken[middle : middle + 40] = b"\xff" * 40
     err = reject(bytes(broken))
     assert err.stage == "decode" and "corrupt or truncated" in err.reason

@@ -20,7 +20,9 @@ from tfrecord_io.reader import read_records
 from transforms import decode_example, encode_row, feature_specs, tf_parse_spec
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location("make_transforms_golden", os.path.join(HERE, "golden", "make_transforms_golden.py"))
+_spec = importlib.util.spec_from_file_location(
+    "make_transforms_golden", os.path.join(HERE, "golden", "make_transforms_golden.py")
+)
 golden = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(golden)
 
@@ -120,7 +122,9 @@ def test_tensorflow_parses_the_golden_example_with_our_spec():
     exe = tf_python()
     spec = tf_parse_spec(feature_specs(golden.SPEC))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([exe, "-c", TF_SCRIPT, golden.RECORD, json.dumps(spec)], capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [exe, "-c", TF_SCRIPT, golden.RECORD, json.dumps(spec)], capture_output=True, text=True, timeout=600, env=env
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     ours = decode_example(golden_record(), golden.SPEC)
@@ -176,14 +180,25 @@ def test_tensorflow_parses_our_sequence_examples(tmp_path):
 
     exe = tf_python()
     context = {"caption": Text()}
-    sequence = {"tokens": Steps("int", vocabulary=["a", "b", "c"]), "audio": AudioFrames(frame_length=64, hop_length=32), "emb": Steps("float", step_length=2)}
-    row = {"caption": "abc", "tokens": ["a", "c", "b", "b"], "audio": audio_bytes(sine(8000, 0.02, 1), 8000, "WAV", "FLOAT"), "emb": [[0.5, 1.5], [2.5, 3.5]]}
+    sequence = {
+        "tokens": Steps("int", vocabulary=["a", "b", "c"]),
+        "audio": AudioFrames(frame_length=64, hop_length=32),
+        "emb": Steps("float", step_length=2),
+    }
+    row = {
+        "caption": "abc",
+        "tokens": ["a", "c", "b", "b"],
+        "audio": audio_bytes(sine(8000, 0.02, 1), 8000, "WAV", "FLOAT"),
+        "emb": [[0.5, 1.5], [2.5, 3.5]],
+    }
     path = str(tmp_path / "seq.tfrecord")
     with RecordWriter(path) as w:
         w.write_record(encode_sequence_row(row, context, sequence))
     spec = tf_parse_spec(feature_specs({**context, **sequence}))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([exe, "-c", TF_SEQ_SCRIPT, path, json.dumps(spec)], capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [exe, "-c", TF_SEQ_SCRIPT, path, json.dumps(spec)], capture_output=True, text=True, timeout=600, env=env
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     ours = decode_sequence_example(next(read_records(path))[1], context, sequence)

@@ -60,8 +60,11 @@ def damaged(tmp_path):
     raw.unlink()
     return {
         "pattern": str(tmp_path / "*.tfrecord*"),
-        "bad": str(bad), "clean": str(clean), "gz": str(gz),
-        "offsets": offsets, "sizes": {str(clean): clean.stat().st_size, str(bad): cut, str(gz): gz.stat().st_size},
+        "bad": str(bad),
+        "clean": str(clean),
+        "gz": str(gz),
+        "offsets": offsets,
+        "sizes": {str(clean): clean.stat().st_size, str(bad): cut, str(gz): gz.stat().st_size},
     }
 
 
@@ -131,4 +134,3 @@ def test_unmatched_pattern_and_clean_files(tmp_path, damaged):
         assert_that(report, check)
     clean = validate_files(damaged["clean"], SPEC)
     assert clean["ok"] and clean["problems"] == [] and clean["records"] == 300
-

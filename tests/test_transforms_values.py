@@ -168,7 +168,13 @@ def test_check_spec_refuses_collisions_and_non_encoders():
 
 
 def test_specs_serialise_and_describe():
-    spec = {"image": Image(), "label": Label(["a"]), "emb": Array(shape=(4,)), "ragged": Array(), "t": Text(optional=True)}
+    spec = {
+        "image": Image(),
+        "label": Label(["a"]),
+        "emb": Array(shape=(4,)),
+        "ragged": Array(),
+        "t": Text(optional=True),
+    }
     specs = feature_specs(spec)
     assert [FeatureSpec.from_dict(s.to_dict()) for s in specs] == specs
     assert description(specs)["label"] == "int" and description(specs)["image/encoded"] == "byte"
@@ -176,7 +182,13 @@ def test_specs_serialise_and_describe():
     assert tf_spec["emb"] == {"type": "FixedLenFeature", "dtype": "float32", "sequence": False, "shape": [4]}
     assert tf_spec["ragged"]["type"] == "VarLenFeature"
     assert tf_spec["t"]["type"] == "VarLenFeature"  # optional: may be absent
-    assert Label(["a", "b"]).to_config() == {"type": "Label", "vocabulary": ["a", "b"], "num_classes": 2, "optional": False, "key": None}
+    assert Label(["a", "b"]).to_config() == {
+        "type": "Label",
+        "vocabulary": ["a", "b"],
+        "num_classes": 2,
+        "optional": False,
+        "key": None,
+    }
     assert Image(resize=(2, 3)).to_config()["resize"] == [2, 3]
 
 
@@ -215,7 +227,10 @@ def test_spec_config_round_trip_and_info():
 
 
 @settings(max_examples=200, deadline=None)
-@given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40), form=st.sampled_from([None, "NFC", "NFKD"]))
+@given(
+    text=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40),
+    form=st.sampled_from([None, "NFC", "NFKD"]),
+)
 def test_property_text_round_trip(text, form):
     _, out = rt(text, Text(normalize=form))
     assert out == (unicodedata.normalize(form, text) if form else text)

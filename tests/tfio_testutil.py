@@ -89,9 +89,7 @@ def find_tf_python() -> Optional[str]:
     for py in _candidates():
         if not (os.path.isfile(py) and os.access(py, os.X_OK)):
             continue
-        probe = subprocess.run(
-            [py, "-c", "import tensorflow"], env=tf_env(), capture_output=True, timeout=300
-        )
+        probe = subprocess.run([py, "-c", "import tensorflow"], env=tf_env(), capture_output=True, timeout=300)
         if probe.returncode == 0:
             return py
     return None
@@ -129,6 +127,8 @@ def run_python(code: str, env_extra: Optional[Dict[str, str]] = None, timeout: i
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(env_extra or {})
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout

@@ -113,8 +113,14 @@ def build_tiny_dataset(directory: str, rows: int = 150) -> str:
     with open(os.path.join(directory, "manifest.jsonl"), "w") as f:
         for i in range(rows):
             Image.fromarray(np.full((8, 6, 3), i % 256, np.uint8)).save(os.path.join(directory, f"img{i}.png"))
-            row = {"id": f"r{i}", "n": i, "label": "abc"[i % 3], "caption": f"row {i}",
-                   "tokens": [rng.randrange(100) for _ in range(rng.randrange(1, 7))], "image": f"img{i}.png"}
+            row = {
+                "id": f"r{i}",
+                "n": i,
+                "label": "abc"[i % 3],
+                "caption": f"row {i}",
+                "tokens": [rng.randrange(100) for _ in range(rng.randrange(1, 7))],
+                "image": f"img{i}.png",
+            }
             f.write(json.dumps(row) + "\n")
     config = os.path.join(directory, "tiny.yaml")
     with open(config, "w") as f:

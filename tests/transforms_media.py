@@ -20,7 +20,14 @@ def pixels(height: int, width: int, channels: int, dtype="uint8", seed: int = 0)
 def gradient(height: int, width: int) -> np.ndarray:
     """A smooth RGB image: JPEG keeps it close, so lossy round trips can be bounded."""
     y, x = np.mgrid[0:height, 0:width]
-    return np.stack([(x * 255 // max(width - 1, 1)), (y * 255 // max(height - 1, 1)), ((x + y) * 127 // max(height + width - 2, 1))], axis=-1).astype(np.uint8)
+    return np.stack(
+        [
+            (x * 255 // max(width - 1, 1)),
+            (y * 255 // max(height - 1, 1)),
+            ((x + y) * 127 // max(height + width - 2, 1)),
+        ],
+        axis=-1,
+    ).astype(np.uint8)
 
 
 def image_bytes(image: Image.Image, fmt: str, **params) -> bytes:

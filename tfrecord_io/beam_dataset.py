@@ -74,7 +74,8 @@ class ReadDataset(beam.PTransform):
             pbegin
             | "Parts" >> beam.Create(self._parts).with_output_types(Any)
             | "Spread" >> beam.Reshuffle().with_output_types(Any)
-            | "Read" >> beam.ParDo(_ReadParts(self.selection.description, self._output, self._check_crc)).with_output_types(Any)
+            | "Read"
+            >> beam.ParDo(_ReadParts(self.selection.description, self._output, self._check_crc)).with_output_types(Any)
         )
 
 

@@ -319,7 +319,9 @@ def _finalize(
         elif FileSystems.exists(index_path_for(final)):  # an old index must not describe new data
             FileSystems.delete([index_path_for(final)])
         _rename(result["temp_path"], final)
-        outputs.append({"path": final, "index_path": final_index, "records": result["records"], "bytes": result["bytes"]})
+        outputs.append(
+            {"path": final, "index_path": final_index, "records": result["records"], "bytes": result["bytes"]}
+        )
     keep = {o["path"] for o in outputs}
     stale = [p for p in _existing_shards(prefix, suffix, template) if p not in keep]
     for path in stale:
@@ -375,7 +377,10 @@ class WriteToTFRecord(beam.PTransform):
             raise ValueError("num_shards must be >= 0")
         if num_shards and (max_records_per_shard or max_bytes_per_shard):
             raise ValueError("give either num_shards or max_records_per_shard/max_bytes_per_shard, not both")
-        for name, value in (("max_records_per_shard", max_records_per_shard), ("max_bytes_per_shard", max_bytes_per_shard)):
+        for name, value in (
+            ("max_records_per_shard", max_records_per_shard),
+            ("max_bytes_per_shard", max_bytes_per_shard),
+        ):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be positive")
         self._prefix = str(file_path_prefix)
@@ -389,7 +394,9 @@ class WriteToTFRecord(beam.PTransform):
         self._max_bytes = max_bytes_per_shard
 
     def expand(self, pcoll):
-        directory = os.path.dirname(self._prefix) if not files.is_remote(self._prefix) else self._prefix.rsplit("/", 1)[0]
+        directory = (
+            os.path.dirname(self._prefix) if not files.is_remote(self._prefix) else self._prefix.rsplit("/", 1)[0]
+        )
         temp_dir = FileSystems.join(directory or ".", f".tfrecord-io-temp-{uuid.uuid4().hex}")
         spec = _WriteSpec(temp_dir, self._compression, self._write_index)
         records = pcoll

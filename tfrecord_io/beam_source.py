@@ -371,7 +371,12 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
                     self._corrupt.inc()
                     yield beam.pvalue.TaggedOutput(
                         DEAD_LETTER,
-                        {"path": path, "start": offset, "end": offset + len(data) + FRAME_OVERHEAD, "reason": err.reason},
+                        {
+                            "path": path,
+                            "start": offset,
+                            "end": offset + len(data) + FRAME_OVERHEAD,
+                            "reason": err.reason,
+                        },
                     )
                     continue
                 n_bytes += len(data)
@@ -430,9 +435,7 @@ def _index_start_ok(path: str, index: RecordIndex, start: int) -> bool:
     if len(header) < HEADER_SIZE:
         return False
     length = int.from_bytes(header[:8], "little")
-    return length_crc_ok(header) and length + FRAME_OVERHEAD == int(
-        index.sizes[i]
-    )
+    return length_crc_ok(header) and length + FRAME_OVERHEAD == int(index.sizes[i])
 
 
 def _dead_letter_entry(region: CorruptRegion) -> Dict[str, Any]:

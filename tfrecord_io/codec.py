@@ -61,9 +61,7 @@ def _kind_of_type(typename: Optional[str], key: str) -> Optional[str]:
     try:
         return TYPE_NAMES[str(typename).lower()]
     except KeyError:
-        raise ExampleCodecError(
-            f"feature {key!r}: unknown type {typename!r}; use 'byte', 'int' or 'float'"
-        ) from None
+        raise ExampleCodecError(f"feature {key!r}: unknown type {typename!r}; use 'byte', 'int' or 'float'") from None
 
 
 # --------------------------------------------------------------------------- writing
@@ -100,8 +98,7 @@ def _infer_kind(key: str, value: Any) -> str:
             return BYTES
         raise ExampleCodecError(f"feature {key!r}: a list mixes byte strings and numbers")
     raise ExampleCodecError(
-        f"feature {key!r}: cannot infer a feature type from {type(value).__name__}; "
-        "pass (value, 'byte'|'int'|'float')"
+        f"feature {key!r}: cannot infer a feature type from {type(value).__name__}; pass (value, 'byte'|'int'|'float')"
     )
 
 
@@ -256,9 +253,7 @@ def feature_to_numpy(feature: Feature, key: str = "?", expected: Optional[str] =
     if kind is None:  # a Feature with no list set: an empty list of any type
         return _EMPTY[expected or FLOAT]()
     if expected is not None and kind != expected:
-        raise ExampleCodecError(
-            f"feature {key!r} is stored as {kind} but the description says {expected}"
-        )
+        raise ExampleCodecError(f"feature {key!r} is stored as {kind} but the description says {expected}")
     if kind == INT64:
         ints = feature.int64_list.value
         return np.fromiter(ints, dtype=np.int64, count=len(ints))
@@ -410,7 +405,9 @@ def _parse_examples_fast(records: Sequence, description: Description) -> Optiona
     return [dict(zip(keys, values)) for values in zip(*per_key)]
 
 
-def parse_example_stream(records: Iterable, description: Description = None, batch_size: int = 128) -> Iterator[Dict[str, Any]]:
+def parse_example_stream(
+    records: Iterable, description: Description = None, batch_size: int = 128
+) -> Iterator[Dict[str, Any]]:
     """``parse_example`` over an iterable of records, parsing ``batch_size`` at a time.
 
     Records read before an error (a corrupt frame, say) are still yielded, in order,

@@ -69,7 +69,9 @@ def _description(
     return description, shapes
 
 
-def _shard_files(version_dir: str, split: str, entry: Mapping[str, Any], rng: SplitRange, compression: str) -> List[FileInfo]:
+def _shard_files(
+    version_dir: str, split: str, entry: Mapping[str, Any], rng: SplitRange, compression: str
+) -> List[FileInfo]:
     """The shards of ``split`` holding records ``rng.start`` .. ``rng.stop - 1``, each
     restricted to its records in the range."""
     out: List[FileInfo] = []

@@ -67,9 +67,7 @@ def resolve_version_dir(root: str, version: Optional[str] = None) -> str:
     if version:
         candidate = files.join(root, version)
         if load_info(candidate) is None:
-            raise DatasetLayoutError(
-                f"{candidate}: no {INFO_NAME} (no such version, or its build did not finish)"
-            )
+            raise DatasetLayoutError(f"{candidate}: no {INFO_NAME} (no such version, or its build did not finish)")
         return candidate
     latest = read_latest(root)
     if latest:
@@ -79,6 +77,4 @@ def resolve_version_dir(root: str, version: Optional[str] = None) -> str:
         return candidate
     if load_info(root) is not None:
         return root
-    raise DatasetLayoutError(
-        f"{root}: not a dataset (no {LATEST_NAME}) and not a version directory (no {INFO_NAME})"
-    )
+    raise DatasetLayoutError(f"{root}: not a dataset (no {LATEST_NAME}) and not a version directory (no {INFO_NAME})")

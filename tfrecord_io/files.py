@@ -44,9 +44,7 @@ def normalize_compression(compression_type: Optional[str], path: Optional[str] =
         return GZIP
     if text in ("zlib", "deflate"):
         return ZLIB
-    raise ValueError(
-        f"unknown compression_type {compression_type!r}: use None or '' (plain), 'gzip' or 'zlib'"
-    )
+    raise ValueError(f"unknown compression_type {compression_type!r}: use None or '' (plain), 'gzip' or 'zlib'")
 
 
 def compression_suffix(compression_type: Optional[str]) -> str:
@@ -73,7 +71,7 @@ def _beam_filesystems():
 
 def _local(path: str) -> str:
     path = str(path)
-    return path[len("file://"):] if path.startswith("file://") else path
+    return path[len("file://") :] if path.startswith("file://") else path
 
 
 def open_raw(path: str, mode: str = "rb") -> BinaryIO:
@@ -255,7 +253,11 @@ def delete(paths: List[str]) -> None:
         try:
             _beam_filesystems().delete(remote)
         except BeamIOError as err:
-            real = {p: e for p, e in err.exception_details.items() if not isinstance(e, FileNotFoundError) and "404" not in str(e) and "Not Found" not in str(e)}
+            real = {
+                p: e
+                for p, e in err.exception_details.items()
+                if not isinstance(e, FileNotFoundError) and "404" not in str(e) and "Not Found" not in str(e)
+            }
             if real:
                 raise
     for p in paths:

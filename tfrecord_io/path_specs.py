@@ -20,6 +20,7 @@ TFDS_NAME = re.compile(r"^(?P<dataset>.+)-(?P<split>[^-/]+)\.(?P<ext>[^-/.]+)-(?
 
 _GLOB_CHARS = set("*?[")
 
+
 def has_glob(path: str) -> bool:
     return any(c in path for c in _GLOB_CHARS)
 

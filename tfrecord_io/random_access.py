@@ -171,8 +171,7 @@ def _block(path: str, whole: Optional[memoryview], handle: Any, start: int, size
     buf = _read_at(handle, start, size)
     if len(buf) < size:
         raise TruncatedRecordError(
-            f"truncated file: the index gives frames up to byte {start + size} but the file "
-            f"ends at {start + len(buf)}",
+            f"truncated file: the index gives frames up to byte {start + size} but the file ends at {start + len(buf)}",
             path,
             start,
         )

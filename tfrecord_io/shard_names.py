@@ -13,4 +13,13 @@ from .path_specs import (
     warn_missing_shards,
 )
 
-__all__ = ["INDEX_SUFFIXES", "TFDS_NAME", "PathSpec", "expand", "has_glob", "split_files", "tfds_split", "warn_missing_shards"]
+__all__ = [
+    "INDEX_SUFFIXES",
+    "TFDS_NAME",
+    "PathSpec",
+    "expand",
+    "has_glob",
+    "split_files",
+    "tfds_split",
+    "warn_missing_shards",
+]

@@ -78,9 +78,7 @@ class Piece:
     every: Tuple[int, int] = (0, 1)
 
 
-def describe_file(
-    path: str, index_path: Optional[str] = None, compression_type: Optional[str] = None
-) -> FileInfo:
+def describe_file(path: str, index_path: Optional[str] = None, compression_type: Optional[str] = None) -> FileInfo:
     """Stat ``path`` and load its index (``index_path="auto"``: the one beside it, if any).
 
     A stale index (one that does not tile the file) is an ``IndexFileError``, since

@@ -123,7 +123,9 @@ def _absolute(bound: Optional[Bound], n: int, default: int, part: SplitPart) -> 
         k = round(bound.value * n / 100)  # Fraction: exact, ties to even
     else:
         if bound.value.denominator != 1:
-            raise ValueError(f"split {part.split!r}: pct1_dropremainder needs whole percentages, not {float(bound.value)}%")
+            raise ValueError(
+                f"split {part.split!r}: pct1_dropremainder needs whole percentages, not {float(bound.value)}%"
+            )
         if n < 100:
             raise ValueError(
                 f"split {part.split!r} has {n} records: pct1_dropremainder needs at least 100 (1% = n // 100 records)"

@@ -42,7 +42,10 @@ class _DecodeFn(beam.DoFn):
             self.rejected.inc()
             stage = getattr(err, "stage", "decode")
             reason = getattr(err, "reason", f"{type(err).__name__}: {err}")
-            yield beam.pvalue.TaggedOutput("rejected", {"record": bytes(record), "column": getattr(err, "column", None), "stage": stage, "reason": reason})
+            yield beam.pvalue.TaggedOutput(
+                "rejected",
+                {"record": bytes(record), "column": getattr(err, "column", None), "stage": stage, "reason": reason},
+            )
             return
         self.decoded.inc()
         yield out
@@ -66,14 +69,21 @@ class DecodeExample(beam.PTransform):
         self.spec = dict(spec)
 
     def expand(self, records):
-        out = records | "Decode" >> beam.ParDo(_DecodeFn(ExampleDecoder(self.spec))).with_outputs("rejected", main="decoded")
+        out = records | "Decode" >> beam.ParDo(_DecodeFn(ExampleDecoder(self.spec))).with_outputs(
+            "rejected", main="decoded"
+        )
         return DecodeResult(out.decoded, out.rejected)
 
 
 class DecodeSequenceExample(beam.PTransform):
     """Serialised SequenceExample bytes -> :class:`DecodeResult`."""
 
-    def __init__(self, context: Optional[Mapping[str, Encoder]], sequence: Mapping[str, SequenceEncoder], label: Optional[str] = None):
+    def __init__(
+        self,
+        context: Optional[Mapping[str, Encoder]],
+        sequence: Mapping[str, SequenceEncoder],
+        label: Optional[str] = None,
+    ):
         super().__init__(label)
         check_spec({**(context or {}), **sequence}, (Encoder, SequenceEncoder))
         self.context = dict(context or {})

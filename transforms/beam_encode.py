@@ -113,7 +113,12 @@ class EncodeSequenceExample(beam.PTransform):
     ``AudioFrames`` (or another :class:`SequenceEncoder`).
     """
 
-    def __init__(self, context: Optional[Mapping[str, Encoder]], sequence: Mapping[str, SequenceEncoder], label: Optional[str] = None):
+    def __init__(
+        self,
+        context: Optional[Mapping[str, Encoder]],
+        sequence: Mapping[str, SequenceEncoder],
+        label: Optional[str] = None,
+    ):
         super().__init__(label)
         both = {**(context or {}), **sequence}
         if len(both) != len(context or {}) + len(sequence):

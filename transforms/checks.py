@@ -88,24 +88,39 @@ def check_record(data, specs: Sequence[FeatureSpec]) -> List[str]:
 def list_files(patterns: Iterable[str]) -> List[Tuple[str, int]]:
     """``(path, stored size)`` of every file matching the patterns (sorted, unique)."""
     out: Dict[str, int] = {}
-    for pattern in ([patterns] if isinstance(patterns, str) else patterns):
+    for pattern in [patterns] if isinstance(patterns, str) else patterns:
         matched = files.glob(pattern)
         for path in matched:
             out[path] = files.file_size(path)
     return sorted(out.items())
 
 
-def read_range(path: str, start: int, end: Optional[int], specs: Sequence[FeatureSpec], compression_type: Optional[str] = None, check_crc: bool = True) -> Iterable[Tuple]:
+def read_range(
+    path: str,
+    start: int,
+    end: Optional[int],
+    specs: Sequence[FeatureSpec],
+    compression_type: Optional[str] = None,
+    check_crc: bool = True,
+) -> Iterable[Tuple]:
     """Validation items for one byte range: ``("record", path, offset, nbytes, problems)``
     per record and ``("corrupt", path, start, end, reason)`` per bad region (or read error)."""
     try:
-        for offset, data in read_records(path, start, end, compression_type=compression_type, check_crc=check_crc, on_corrupt="report"):
+        for offset, data in read_records(
+            path, start, end, compression_type=compression_type, check_crc=check_crc, on_corrupt="report"
+        ):
             if isinstance(data, CorruptRegion):
                 yield ("corrupt", path, data.start, data.end, data.reason)
             else:
                 yield ("record", path, offset, len(data), check_record(data, specs) if specs else [])
     except Exception as err:  # noqa: BLE001 - a read that fails is a finding, not a crash
-        yield ("error", path, getattr(err, "offset", None) or start, end, f"{type(err).__name__}: {getattr(err, 'reason', err)}")
+        yield (
+            "error",
+            path,
+            getattr(err, "offset", None) or start,
+            end,
+            f"{type(err).__name__}: {getattr(err, 'reason', err)}",
+        )
 
 
 # --------------------------------------------------------------------------- the report
@@ -119,7 +134,9 @@ def add_item(report: Dict[str, Any], item: Tuple) -> Dict[str, Any]:
     """Fold one item (``("file", path, size)``, a record or a corrupt region) in."""
     kind, path = item[0], item[1]
     if kind == "nomatch":
-        report["problems"].append({"path": path, "offset": None, "end": None, "kind": "error", "reason": "no file matches this pattern"})
+        report["problems"].append(
+            {"path": path, "offset": None, "end": None, "kind": "error", "reason": "no file matches this pattern"}
+        )
         return report
     entry = report["per_file"].setdefault(path, {"records": 0, "bytes": 0, "bad": 0})
     if kind == "file":
@@ -131,7 +148,9 @@ def add_item(report: Dict[str, Any], item: Tuple) -> Dict[str, Any]:
         report["record_bytes"] += nbytes
         if problems:
             entry["bad"] += 1
-            report["problems"].append({"path": path, "offset": offset, "end": None, "kind": "invalid", "reason": "; ".join(problems)})
+            report["problems"].append(
+                {"path": path, "offset": offset, "end": None, "kind": "invalid", "reason": "; ".join(problems)}
+            )
     else:
         _, _, start, end, reason = item
         entry["bad"] += 1
@@ -174,11 +193,13 @@ def finish_report(report: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-def validate_files(patterns, spec: SpecLike = None, compression_type: Optional[str] = None, check_crc: bool = True) -> Dict[str, Any]:
+def validate_files(
+    patterns, spec: SpecLike = None, compression_type: Optional[str] = None, check_crc: bool = True
+) -> Dict[str, Any]:
     """Validate files in this process (no Beam): the same report as ``ValidateTFRecords``."""
     specs = feature_specs(spec)
     report = empty_report()
-    for pattern in ([patterns] if isinstance(patterns, str) else patterns):
+    for pattern in [patterns] if isinstance(patterns, str) else patterns:
         if not files.glob(pattern):
             add_item(report, ("nomatch", pattern))
     for path, size in list_files(patterns):
@@ -188,4 +209,13 @@ def validate_files(patterns, spec: SpecLike = None, compression_type: Optional[s
     return finish_report(report)
 
 
-__all__ = ["add_item", "check_record", "empty_report", "finish_report", "list_files", "merge_reports", "read_range", "validate_files"]
+__all__ = [
+    "add_item",
+    "check_record",
+    "empty_report",
+    "finish_report",
+    "list_files",
+    "merge_reports",
+    "read_range",
+    "validate_files",
+]

@@ -29,7 +29,9 @@ def check_spec(spec: Mapping[str, Any], allowed=(Encoder,), what: str = "spec") 
         if not isinstance(column, str):
             raise TypeError(f"{what}: column names must be str, got {column!r}")
         if not isinstance(enc, allowed):
-            raise TypeError(f"{what}: {column!r} maps to {enc!r}, not an encoder ({', '.join(a.__name__ for a in allowed)})")
+            raise TypeError(
+                f"{what}: {column!r} maps to {enc!r}, not an encoder ({', '.join(a.__name__ for a in allowed)})"
+            )
     specs = feature_specs(spec)
     seen: Dict[str, str] = {}
     for s in specs:

@@ -16,8 +16,14 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 KINDS = ("bytes", "int", "float")
 _KIND_ALIASES = {
-    "byte": "bytes", "bytes": "bytes", "str": "bytes", "string": "bytes",
-    "int": "int", "int64": "int", "float": "float", "float32": "float",
+    "byte": "bytes",
+    "bytes": "bytes",
+    "str": "bytes",
+    "string": "bytes",
+    "int": "int",
+    "int64": "int",
+    "float": "float",
+    "float32": "float",
 }
 
 

@@ -60,13 +60,18 @@ class _SplitRead(beam.PTransform):
     def expand(self, file_entries):
         from tfrecord_io.beam_io import ReadAllFromTFRecord
 
-        read = file_entries | "Paths" >> beam.Map(lambda e: e[0]) | "SplitRead" >> ReadAllFromTFRecord(
-            compression_type="auto" if self._compression is None else self._compression,
-            index_pattern=False,  # validate the bytes themselves: boundaries by resynchronisation
-            desired_bundle_size=self._bundle,
-            with_metadata=True,
-            on_corrupt="dead_letter",
-            check_crc=self._check_crc,
+        read = (
+            file_entries
+            | "Paths" >> beam.Map(lambda e: e[0])
+            | "SplitRead"
+            >> ReadAllFromTFRecord(
+                compression_type="auto" if self._compression is None else self._compression,
+                index_pattern=False,  # validate the bytes themselves: boundaries by resynchronisation
+                desired_bundle_size=self._bundle,
+                with_metadata=True,
+                on_corrupt="dead_letter",
+                check_crc=self._check_crc,
+            )
         )
         records = read.records | "Check" >> beam.ParDo(_CheckFn(self._specs))
         corrupt = read.dead_letter | "Corrupt" >> beam.Map(_corrupt_item)

@@ -84,7 +84,9 @@ def _as_flags(options: Dict[str, Any]) -> List[str]:
 PYTHON = _required("TFRECORD_IO_PYTHON")
 CONFIG = _required("TFRECORD_IO_CONFIG")
 OUTPUT = _required("TFRECORD_IO_OUTPUT")
-SCHEDULED_BUILD = os.environ.get("TFRECORD_IO_SCHEDULED_BUILD") or os.path.join(CHECKOUT, "pipelines", "scheduled_build.py")
+SCHEDULED_BUILD = os.environ.get("TFRECORD_IO_SCHEDULED_BUILD") or os.path.join(
+    CHECKOUT, "pipelines", "scheduled_build.py"
+)
 RUNNER = os.environ.get("TFRECORD_IO_RUNNER", "DirectRunner")
 
 with DAG(
@@ -115,7 +117,14 @@ with DAG(
         },
     )
     # The same runner and Beam flags as the build: validate reads every record.
-    validate_command = [PYTHON, "-m", "pipelines", "validate", OUTPUT, "--no-progress",
-                        *_as_flags({"runner": RUNNER, **_beam_options()})]
+    validate_command = [
+        PYTHON,
+        "-m",
+        "pipelines",
+        "validate",
+        OUTPUT,
+        "--no-progress",
+        *_as_flags({"runner": RUNNER, **_beam_options()}),
+    ]
     validate = BashOperator(task_id="validate", bash_command=" ".join(shlex.quote(arg) for arg in validate_command))
     build >> validate

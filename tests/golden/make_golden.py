@@ -183,7 +183,12 @@ def main() -> int:
         data = seq.SerializeToString(deterministic=True)
         assert tf.train.SequenceExample.FromString(data) == seq
         entries.append(
-            {"name": f"sequence/{name}", "type": "sequence_example", "payload": data, "decoded": describe_sequence_example(seq)}
+            {
+                "name": f"sequence/{name}",
+                "type": "sequence_example",
+                "payload": data,
+                "decoded": describe_sequence_example(seq),
+            }
         )
 
     payloads = [e["payload"] for e in entries]

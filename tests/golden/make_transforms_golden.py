@@ -63,7 +63,7 @@ def rgb_pixels():
 def depth_pixels():
     import numpy as np
 
-    return (np.arange(12, dtype=np.uint16).reshape(3, 4) * 5000 + 7)
+    return np.arange(12, dtype=np.uint16).reshape(3, 4) * 5000 + 7
 
 
 def pcm_samples():

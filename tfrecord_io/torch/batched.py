@@ -107,8 +107,18 @@ class TFRecordBatchDataset(TFRecordDataset):
         check_crc: bool = True,
     ) -> None:
         super().__init__(
-            data_path, index_path, description, shuffle_queue_size, transform, None, compression_type,
-            shuffle_files=shuffle_files, seed=seed, rank=rank, world_size=world_size, check_crc=check_crc,
+            data_path,
+            index_path,
+            description,
+            shuffle_queue_size,
+            transform,
+            None,
+            compression_type,
+            shuffle_files=shuffle_files,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            check_crc=check_crc,
         )
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -257,7 +267,9 @@ class TFRecordBatchDataset(TFRecordDataset):
                 out[key + self.length_suffix] = lengths
         return out
 
-    def _fixed(self, key: str, flat: np.ndarray, lengths: np.ndarray, shape: Tuple[int, ...], chunk: Sequence[Located]) -> np.ndarray:
+    def _fixed(
+        self, key: str, flat: np.ndarray, lengths: np.ndarray, shape: Tuple[int, ...], chunk: Sequence[Located]
+    ) -> np.ndarray:
         want = prod(shape)
         bad = np.flatnonzero(lengths != want)
         if bad.size:
@@ -351,8 +363,20 @@ def _pooled(tensor: torch.Tensor, pool: Optional[BufferPool]) -> Any:
 
 #: dtypes a pool slot holds (a view of bytes as any of these is exact)
 _POOLED_DTYPES = frozenset(
-    [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
-     torch.float32, torch.float64, torch.bool, torch.complex64, torch.complex128]
+    [
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.bool,
+        torch.complex64,
+        torch.complex128,
+    ]
 )
 
 

@@ -42,9 +42,7 @@ def from_dataset(
     selection: DatasetSelection = select_dataset(root, split, version, features=features, rounding=rounding)
     files = list(selection.files)
     if batch_size is None:
-        ds: Union[TFRecordDataset, TFRecordBatchDataset] = TFRecordDataset(
-            files, None, selection.description, **kwargs
-        )
+        ds: Union[TFRecordDataset, TFRecordBatchDataset] = TFRecordDataset(files, None, selection.description, **kwargs)
     else:
         kwargs.setdefault("shapes", selection.shapes)
         ds = TFRecordBatchDataset(files, None, selection.description, batch_size, **kwargs)

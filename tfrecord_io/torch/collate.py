@@ -110,9 +110,7 @@ class PadCollate:
     def _wants(self, key: str, values: Sequence[Any]) -> bool:
         if self.keys is not None:
             return key in self.keys
-        return all(_is_numeric_array(v) and np.ndim(v) >= 1 for v in values) or all(
-            _is_steps(v) for v in values
-        )
+        return all(_is_numeric_array(v) and np.ndim(v) >= 1 for v in values) or all(_is_steps(v) for v in values)
 
     def _dicts(self, batch: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
         out: Dict[str, Any] = {}

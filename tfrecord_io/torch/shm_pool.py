@@ -268,7 +268,7 @@ def _adoptable() -> List[int]:
     info = torch.utils.data.get_worker_info()
     assert info is not None  # called in a DataLoader worker only
     share = -(-len(kept) // max(1, info.num_workers)) if kept else 0
-    return kept[info.id * share:(info.id + 1) * share]
+    return kept[info.id * share : (info.id + 1) * share]
 
 
 def _mapped_slot(where: Tuple[Any, int, int, Tuple[int, int], int]) -> Kept:

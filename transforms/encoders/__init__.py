@@ -9,6 +9,18 @@ from .sequence import AudioFrames, FramesData, SequenceEncoder, Steps
 from .text import Text
 
 __all__ = [
-    "Array", "Audio", "AudioData", "AudioFrames", "Bytes", "Encoder", "Float", "FramesData",
-    "Image", "Int", "Label", "SequenceEncoder", "Steps", "Text",
+    "Array",
+    "Audio",
+    "AudioData",
+    "AudioFrames",
+    "Bytes",
+    "Encoder",
+    "Float",
+    "FramesData",
+    "Image",
+    "Int",
+    "Label",
+    "SequenceEncoder",
+    "Steps",
+    "Text",
 ]

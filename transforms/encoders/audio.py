@@ -116,7 +116,9 @@ class Audio(Encoder):
         except Exception as err:  # noqa: BLE001 - resampler errors (librosa, soxr, NumPy) reject the row
             raise EncodeError("transform", f"{where}{type(err).__name__}: {err}") from None
         if self.max_seconds is not None and samples.shape[0] > self.max_seconds * rate:
-            raise EncodeError("transform", f"{where}{samples.shape[0] / rate:.2f} s is longer than the {self.max_seconds} s limit")
+            raise EncodeError(
+                "transform", f"{where}{samples.shape[0] / rate:.2f} s is longer than the {self.max_seconds} s limit"
+            )
         return samples, rate, fmt
 
     def encode(self, value: Any, column: str) -> Features:
@@ -128,13 +130,15 @@ class Audio(Encoder):
             out[f"{p}/encoded"] = (flat.tobytes(), "bytes")
         else:
             out[f"{p}/samples"] = (flat.reshape(-1), "float")
-        out.update({
-            f"{p}/sample_rate": (rate, "int"),
-            f"{p}/channels": (int(samples.shape[1]), "int"),
-            f"{p}/num_samples": (int(samples.shape[0]), "int"),
-            f"{p}/format": (fmt, "bytes"),
-            f"{p}/dtype": ("float32", "bytes"),
-        })
+        out.update(
+            {
+                f"{p}/sample_rate": (rate, "int"),
+                f"{p}/channels": (int(samples.shape[1]), "int"),
+                f"{p}/num_samples": (int(samples.shape[0]), "int"),
+                f"{p}/format": (fmt, "bytes"),
+                f"{p}/dtype": ("float32", "bytes"),
+            }
+        )
         return out
 
     def feature_specs(self, column: str) -> List[FeatureSpec]:
@@ -160,7 +164,9 @@ class Audio(Encoder):
         if f"{p}/encoded" in features:
             raw = scalar(features, f"{p}/encoded")
             if len(raw) != n * channels * 4:
-                raise EncodeError("decode", f"audio has {len(raw)} bytes, {n} x {channels} float32 needs {n * channels * 4}")
+                raise EncodeError(
+                    "decode", f"audio has {len(raw)} bytes, {n} x {channels} float32 needs {n * channels * 4}"
+                )
             samples = np.frombuffer(raw, dtype="<f4").astype(np.float32, copy=False)
         else:
             samples = np.asarray(features[f"{p}/samples"], dtype=np.float32)

@@ -226,7 +226,9 @@ class Image(Encoder):
         except PILImage.DecompressionBombError as err:
             raise EncodeError("decode", f"{where}decompression bomb: {err}") from None
         except UnidentifiedImageError:
-            raise EncodeError("decode", f"{where}not an image Pillow can read ({len(data)} bytes, starts {data[:8]!r})") from None
+            raise EncodeError(
+                "decode", f"{where}not an image Pillow can read ({len(data)} bytes, starts {data[:8]!r})"
+            ) from None
         except Exception as err:  # noqa: BLE001 - any header parse failure rejects this row
             raise EncodeError("decode", f"{where}cannot read the image header ({type(err).__name__}: {err})") from None
         width, height = image.size
@@ -252,7 +254,9 @@ class Image(Encoder):
                 image.draft(image.mode, (max(1, width // 8), max(1, height // 8)))
             image.load()
         except Exception as err:  # noqa: BLE001 - truncated/corrupt pixel data
-            raise EncodeError("decode", f"{where}{image.format or 'image'} data is corrupt or truncated ({type(err).__name__}: {err})") from None
+            raise EncodeError(
+                "decode", f"{where}{image.format or 'image'} data is corrupt or truncated ({type(err).__name__}: {err})"
+            ) from None
 
     def _save(self, image: PILImage.Image, fmt: str, where: str) -> bytes:
         """The image file, converted first to a mode the writer keeps (JPEG has no
@@ -260,8 +264,15 @@ class Image(Encoder):
         allowed = _WRITER_MODES.get(fmt)
         if allowed is not None and image.mode not in allowed:
             if image.mode in ("I;16", "I", "F") and fmt in ("JPEG", "WEBP", "GIF", "BMP"):
-                raise EncodeError("transform", f"{where}{fmt} cannot store a {image.mode} (high bit depth) image; use png, tiff or raw")
-            target = "RGBA" if "A" in image.mode and "RGBA" in allowed else ("L" if image.mode in ("L", "LA") and "L" in allowed else "RGB")
+                raise EncodeError(
+                    "transform",
+                    f"{where}{fmt} cannot store a {image.mode} (high bit depth) image; use png, tiff or raw",
+                )
+            target = (
+                "RGBA"
+                if "A" in image.mode and "RGBA" in allowed
+                else ("L" if image.mode in ("L", "LA") and "L" in allowed else "RGB")
+            )
             image = _to_mode(image, target)
         out = io.BytesIO()
         params: Dict[str, Any] = {}
@@ -348,7 +359,9 @@ class Image(Encoder):
         req = not self.optional
         pixel = MODE_INFO[self.mode][1] if self.mode else None
         return [
-            FeatureSpec(f"{p}/encoded", "bytes", (), req, pixel and f"image:{pixel}", doc="image file bytes, or raw pixels"),
+            FeatureSpec(
+                f"{p}/encoded", "bytes", (), req, pixel and f"image:{pixel}", doc="image file bytes, or raw pixels"
+            ),
             FeatureSpec(f"{p}/format", "bytes", (), req, "str", doc="jpeg, png, webp, ... or raw"),
             FeatureSpec(f"{p}/height", "int", (), req, "int64"),
             FeatureSpec(f"{p}/width", "int", (), req, "int64"),
@@ -382,8 +395,14 @@ def decode_image(encoded: bytes, fmt: str, height: int, width: int, mode: str) -
     if fmt == "raw":
         want = height * width * channels * np.dtype(dtype).itemsize
         if len(encoded) != want:
-            raise EncodeError("decode", f"raw image has {len(encoded)} bytes, {height}x{width}x{channels} {dtype} needs {want}")
-        return np.frombuffer(encoded, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype, copy=False).reshape(height, width, channels)
+            raise EncodeError(
+                "decode", f"raw image has {len(encoded)} bytes, {height}x{width}x{channels} {dtype} needs {want}"
+            )
+        return (
+            np.frombuffer(encoded, dtype=np.dtype(dtype).newbyteorder("<"))
+            .astype(dtype, copy=False)
+            .reshape(height, width, channels)
+        )
     _require_pillow()
     try:
         image = PILImage.open(io.BytesIO(encoded))

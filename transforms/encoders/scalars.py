@@ -58,14 +58,23 @@ def parse_float(value: Any, allow_nan: bool) -> float:
 class Int(Encoder):
     """An int64 scalar, optionally checked against ``[min_value, max_value]``."""
 
-    def __init__(self, min_value: Optional[int] = None, max_value: Optional[int] = None, *, optional: bool = False, key: Optional[str] = None):
+    def __init__(
+        self,
+        min_value: Optional[int] = None,
+        max_value: Optional[int] = None,
+        *,
+        optional: bool = False,
+        key: Optional[str] = None,
+    ):
         super().__init__(optional=optional, key=key)
         self.min_value = min_value
         self.max_value = max_value
 
     def encode(self, value: Any, column: str) -> Features:
         out = parse_int(value)
-        if (self.min_value is not None and out < self.min_value) or (self.max_value is not None and out > self.max_value):
+        if (self.min_value is not None and out < self.min_value) or (
+            self.max_value is not None and out > self.max_value
+        ):
             raise EncodeError("input", f"{out} is outside [{self.min_value}, {self.max_value}]")
         return {self.prefix(column): (out, "int")}
 
@@ -117,7 +126,14 @@ class Label(Encoder):
     to be in ``[0, num_classes)``. Unknown names are rejected at stage ``transform``.
     """
 
-    def __init__(self, vocabulary: Optional[Sequence[str]] = None, num_classes: Optional[int] = None, *, optional: bool = False, key: Optional[str] = None):
+    def __init__(
+        self,
+        vocabulary: Optional[Sequence[str]] = None,
+        num_classes: Optional[int] = None,
+        *,
+        optional: bool = False,
+        key: Optional[str] = None,
+    ):
         super().__init__(optional=optional, key=key)
         self.vocabulary = list(vocabulary) if vocabulary is not None else None
         if self.vocabulary is not None:
@@ -139,7 +155,9 @@ class Label(Encoder):
             if stripped in self._ids:
                 return self._ids[stripped]
             if not stripped.lstrip("-").isdigit():  # "2" from a CSV is an id; "fish" is not
-                raise EncodeError("transform", f"label {value!r:.60} is not in the vocabulary ({len(self.vocabulary)} names)")
+                raise EncodeError(
+                    "transform", f"label {value!r:.60} is not in the vocabulary ({len(self.vocabulary)} names)"
+                )
             value = stripped
         out = parse_int(value)
         if self.num_classes is not None and not 0 <= out < self.num_classes:

@@ -50,7 +50,9 @@ class SequenceEncoder:
     def feature_specs(self, column: str) -> List[FeatureSpec]:  # pragma: no cover
         raise NotImplementedError
 
-    def decode(self, context: Mapping[str, Any], lists: Mapping[str, List[Any]], column: str) -> Any:  # pragma: no cover
+    def decode(
+        self, context: Mapping[str, Any], lists: Mapping[str, List[Any]], column: str
+    ) -> Any:  # pragma: no cover
         raise NotImplementedError
 
     def to_config(self) -> Dict[str, Any]:
@@ -67,7 +69,15 @@ class Steps(SequenceEncoder):
         vocabulary: with ``kind="int"``, map text tokens to their index.
     """
 
-    def __init__(self, kind: str = "int", step_length: Optional[int] = 1, vocabulary: Optional[Sequence[str]] = None, *, optional: bool = False, key: Optional[str] = None):
+    def __init__(
+        self,
+        kind: str = "int",
+        step_length: Optional[int] = 1,
+        vocabulary: Optional[Sequence[str]] = None,
+        *,
+        optional: bool = False,
+        key: Optional[str] = None,
+    ):
         super().__init__(optional=optional, key=key)
         if kind not in _STEP_KINDS:
             raise ValueError(f"kind {kind!r}: use one of {sorted(_STEP_KINDS)}")
@@ -139,7 +149,9 @@ class Steps(SequenceEncoder):
         dtype = np.int64 if self.kind == "int" else np.float32
         if self.step_length is None:
             return [np.asarray(s, dtype=dtype) for s in steps]
-        arr = np.asarray([np.asarray(s, dtype=dtype).reshape(-1) for s in steps], dtype=dtype).reshape(length, self.step_length)
+        arr = np.asarray([np.asarray(s, dtype=dtype).reshape(-1) for s in steps], dtype=dtype).reshape(
+            length, self.step_length
+        )
         return arr[:, 0] if self.step_length == 1 else arr
 
 
@@ -160,7 +172,16 @@ class AudioFrames(SequenceEncoder):
         sample_rate, mono: as for :class:`~transforms.encoders.audio.Audio`.
     """
 
-    def __init__(self, frame_length: int, hop_length: Optional[int] = None, sample_rate: Optional[int] = None, mono: bool = True, *, optional: bool = False, key: Optional[str] = None):
+    def __init__(
+        self,
+        frame_length: int,
+        hop_length: Optional[int] = None,
+        sample_rate: Optional[int] = None,
+        mono: bool = True,
+        *,
+        optional: bool = False,
+        key: Optional[str] = None,
+    ):
         super().__init__(optional=optional, key=key)
         if frame_length <= 0 or (hop_length is not None and hop_length <= 0):
             raise ValueError("frame_length and hop_length must be positive")

@@ -20,7 +20,7 @@ _FORMS = ("NFC", "NFD", "NFKC", "NFKD")
 
 
 def utf8_error(data: bytes, err: UnicodeDecodeError) -> str:
-    return f"not valid UTF-8 at byte {err.start} ({data[err.start:err.start + 4]!r}...): {err.reason}"
+    return f"not valid UTF-8 at byte {err.start} ({data[err.start : err.start + 4]!r}...): {err.reason}"
 
 
 class Text(Encoder):
@@ -84,7 +84,9 @@ class Text(Encoder):
             try:
                 cleaned = cleaned.encode("utf-8")
             except UnicodeEncodeError as err:  # lone surrogates cannot be UTF-8
-                raise EncodeError("encode", f"cannot be written as UTF-8 at character {err.start}: {err.reason}") from None
+                raise EncodeError(
+                    "encode", f"cannot be written as UTF-8 at character {err.start}: {err.reason}"
+                ) from None
         return {self.prefix(column): (cleaned, "bytes")}
 
     def feature_specs(self, column: str) -> List[FeatureSpec]:
