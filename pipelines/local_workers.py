@@ -143,7 +143,7 @@ def _worker_main(read_fd: int) -> None:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
-            except Exception:  # noqa: BLE001
+            except (OSError, ValueError):  # a closed or broken stream: the worker exits with its code anyway
                 pass
         os._exit(code)
 
