@@ -234,6 +234,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             log.stopping = True  # worker exits from here on are ours
             log.record(format_exception(err))
             stop_children()  # no worker goes on writing after the state below is taken
+            if log.terminated_by is not None and not isinstance(err, Terminated):
+                # a signal stopped the job and something raised on the way out (the
+                # runner's shutdown meeting the stopped workers): the signal is the cause
+                err = Terminated(log.terminated_by)
             if isinstance(err, WorkerDied):
                 what, where, code = str(err), None, EXIT_FAILED
             elif isinstance(err, Terminated):

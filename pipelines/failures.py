@@ -344,6 +344,10 @@ class JobLog:
         self._saved_signals: dict = {}
         # set once the job is being stopped: worker exits are then expected
         self.stopping = False
+        # the signal that stopped the job (SIGTERM/SIGHUP), once one has: what unwinds
+        # the job afterwards (e.g. the runner's shutdown failing on the workers that
+        # were stopped) may replace ``Terminated`` on its way up, but not the verdict
+        self.terminated_by: Optional[int] = None
 
     def _thread_excepthook(self, args) -> None:
         if args.exc_value is not None:
@@ -378,6 +382,7 @@ class JobLog:
         if self.stopping:
             return
         self.stopping = True
+        self.terminated_by = signum
         stop_children()
         raise Terminated(signum)
 
