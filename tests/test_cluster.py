@@ -278,6 +278,21 @@ def test_one_file_on_s3_is_split_across_both_workers_exactly_once(cluster, s3_se
     assert sorted((i["offset"], i["record"]) for i in items) == sorted((i["offset"], i["record"]) for i in direct)
 
 
+def _direct_children(pid: int) -> List[int]:
+    """The processes whose parent is ``pid`` (from ``/proc``)."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    children.append(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return children
+
+
 def _connected_sdk_workers(pool_pid: int) -> List[int]:
     """The SDK workers a pool started (its child processes, each running
     ``sdk_worker_main`` with ``CONTROL_API_SERVICE_DESCRIPTOR=url: "localhost:PORT"``)
@@ -355,13 +370,17 @@ def test_a_worker_killed_during_a_build(cluster, target, s3_server, s3_bucket, d
         # the pool between its accepting a StartWorker request and the SDK worker
         # connecting back hangs the job: Beam's ExternalEnvironmentFactory waits for that
         # connection without a time limit -- see the README.)
+        # And settled: every process the pool started is a connected SDK worker (none
+        # between StartWorker and connecting back), twice, a second apart.
         pool_pid = cluster.process("pool-2")["pid"]
         deadline = time.monotonic() + 300
-        while not _connected_sdk_workers(pool_pid):
+        settled = 0
+        while settled < 2:
             assert build.poll() is None, f"the build ended before worker 2 ran it: {build.communicate()}"
             assert time.monotonic() < deadline, "worker 2's pool never got a connected SDK worker"
-            time.sleep(0.1)
-        time.sleep(1)
+            connected = _connected_sdk_workers(pool_pid)
+            settled = settled + 1 if connected and len(connected) == len(_direct_children(pool_pid)) else 0
+            time.sleep(1 if settled == 1 else 0.1)
         assert build.poll() is None, "the build was over before the kill"
         killed = _kill(cluster, target)
         stdout, stderr = build.communicate(timeout=600)
