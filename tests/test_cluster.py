@@ -306,13 +306,8 @@ def _connected_sdk_workers(pool_pid: int) -> List[int]:
                 if fields[3] == "01":
                     established[fields[9]] = int(fields[2].rsplit(":", 1)[1], 16)
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for entry in _direct_children(pool_pid):
         try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[1]) != pool_pid:
-                    continue
             with open(f"/proc/{entry}/environ", "rb") as f:
                 environ = dict(v.split("=", 1) for v in f.read().decode("utf-8", "replace").split("\0") if "=" in v)
             control_port = int(environ["CONTROL_API_SERVICE_DESCRIPTOR"].split('"')[1].rsplit(":", 1)[1])
@@ -324,7 +319,7 @@ def _connected_sdk_workers(pool_pid: int) -> List[int]:
         except (OSError, IndexError, KeyError, ValueError):
             continue  # gone meanwhile, or not (yet) an SDK worker
         if any(established.get(inode) == control_port for inode in sockets):
-            found.append(int(entry))
+            found.append(entry)
     return found
 
 
