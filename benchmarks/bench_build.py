@@ -18,14 +18,30 @@ Both cases: keep the bytes (``image`` encoder defaults) and re-encode
 (``reencode: jpeg, resize: [224, 224]``). Ratios are loop time / build time from this
 same run (> 1: the build is faster).
 
+``--rows N``: the many-rows case instead. A CSV manifest of N rows (``id``, a relative
+``path``, ``label``) over 1,000 tiny JPEGs (16x16, ~700 bytes; rows share files, so the
+page cache holds them for every peer alike), built keeping the bytes, against the
+single-process loop that reads the manifest, reads each file, decodes it with Pillow
+and writes with the ``tfrecord`` package. There the per-row overheads are what is
+measured: planning, the shuffle, Beam's per-element costs.
+
+Every build row also reports the launcher process alone (CPU seconds and peak RSS of
+the ``tfrecord-io`` process itself, without its workers): what must not grow with the
+rows on a cluster runner. ``--build-flags`` passes flags to the build, e.g.
+``--build-flags="--runner-config configs/flink-cluster.yaml"`` (with ``--workers 0``:
+run only with those flags).
+
     python benchmarks/bench_build.py [--images 16000] [--cases keep,reencode] [--tf-python PATH]
+    python benchmarks/bench_build.py --rows 1000000 [--workers 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -88,11 +104,39 @@ def timed(cmd: List[str], env: Optional[Dict[str, str]] = None) -> Dict[str, flo
         print(json.dumps({"rc": rc, "wall": wall, "user": r.ru_utime, "sys": r.ru_stime, "rss_mb": r.ru_maxrss / 1024}))
         """
     )
-    # cwd: ``python -m pipelines`` puts the working directory first on sys.path.
+    # cwd: ``python -m tfrecord_io.pipelines`` puts the working directory first on sys.path.
     proc = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, env=env, cwd=REPO)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     if result["rc"] != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-2000:]}")
+    return result
+
+
+# The CLI, run so that its own process (not its workers: they are forked children, and
+# leave with os._exit) reports its CPU time and peak RSS when it exits.
+LAUNCHER = r"""
+import atexit, json, os, resource, runpy, sys
+def report():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    with open(os.environ["BENCH_LAUNCHER_OUT"], "w") as f:
+        json.dump({"cpu": r.ru_utime + r.ru_stime, "rss_mb": r.ru_maxrss / 1024}, f)
+pid = os.getpid()
+atexit.register(lambda: os.getpid() == pid and report())
+sys.argv = ["tfrecord-io", *sys.argv[1:]]
+runpy.run_module("tfrecord_io.pipelines", run_name="__main__")
+"""
+
+
+def timed_build(args: List[str], env: Dict[str, str], work: str) -> Dict[str, float]:
+    """:func:`timed` of ``tfrecord-io build ARGS``, plus the launcher process alone
+    (``launcher_cpu``, ``launcher_rss_mb``)."""
+    out = os.path.join(work, "launcher.json")
+    if os.path.exists(out):
+        os.remove(out)
+    result = timed([sys.executable, "-c", LAUNCHER, "build", *args], dict(env, BENCH_LAUNCHER_OUT=out))
+    with open(out) as f:
+        own = json.load(f)
+    result["launcher_cpu"], result["launcher_rss_mb"] = own["cpu"], own["rss_mb"]
     return result
 
 
@@ -166,6 +210,129 @@ for w in writers.values():
 """
 
 
+ROWS_LOOP = r"""
+import csv, hashlib, io, os, sys
+from PIL import Image
+import tfrecord
+
+manifest, out = sys.argv[1], sys.argv[2]
+base = os.path.dirname(manifest)
+labels = {}
+writers = {}
+def h(key):
+    d = hashlib.sha256(f"0\x1f{key}".encode()).digest()
+    return int.from_bytes(d[:8], "big"), int.from_bytes(d[8:16], "big")
+with open(manifest, newline="") as f:
+    for row in csv.DictReader(f):
+        with open(os.path.join(base, row["path"]), "rb") as g:
+            data = g.read()
+        img = Image.open(io.BytesIO(data))
+        img.load()                                   # full decode: proves the file whole
+        width, height = img.size
+        label_id = labels.setdefault(row["label"], len(labels))
+        a, b = h(row["id"])
+        split = "train" if a / 2**64 < 0.8 else "test"
+        shard = b % 4
+        w = writers.get((split, shard))
+        if w is None:
+            w = writers[(split, shard)] = tfrecord.TFRecordWriter(os.path.join(out, f"{split}-{shard}.tfrecord"))
+        w.write({"image/encoded": (data, "byte"), "image/format": (b"jpeg", "byte"), "image/height": (height, "int"),
+                 "image/width": (width, "int"), "image/channels": (3, "int"), "label": (label_id, "int")})
+for w in writers.values():
+    w.close()
+"""
+
+
+def make_rows(work: str, n: int, files_n: int = 1000) -> str:
+    """A manifest of ``n`` rows over ``files_n`` tiny JPEGs; its path."""
+    from PIL import Image
+
+    root = os.path.join(work, f"rows-{n}")
+    manifest = os.path.join(root, "manifest.csv")
+    if os.path.exists(manifest):
+        return manifest
+    os.makedirs(os.path.join(root, "img"), exist_ok=True)
+    rng = np.random.default_rng(0)
+    for i in range(min(n, files_n)):
+        arr = rng.integers(0, 256, size=(16, 16, 3), dtype=np.uint8)
+        Image.fromarray(arr).save(os.path.join(root, "img", f"{i:04d}.jpg"), "JPEG", quality=90)
+    with open(manifest + ".tmp", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "path", "label"])
+        for i in range(n):
+            w.writerow([f"row{i:08d}", f"img/{i % files_n:04d}.jpg", LABELS[i % len(LABELS)]])
+    os.replace(manifest + ".tmp", manifest)
+    return manifest
+
+
+def rows_config(path: str, manifest: str, out: str) -> None:
+    cfg = {
+        "name": "rows",
+        "input": {"manifest": manifest},
+        "key": "id",
+        "columns": {
+            "image": {"encoder": "image", "column": "path"},
+            "label": {"encoder": "label", "vocabulary": LABELS},
+        },
+        "splits": {"train": 0.8, "test": 0.2},
+        "sharding": {"num_shards": 4},
+        "output": {"dir": out},
+    }
+    with open(path, "w") as f:
+        yaml.safe_dump(cfg, f)
+
+
+def _row(what: str, r: Dict[str, float], base: float, startup: Optional[Dict[str, float]] = None) -> str:
+    after = r["wall"] - startup["wall"] if startup else None
+    launcher = f"{r['launcher_cpu']:.1f} / {r['launcher_rss_mb']:.0f}" if "launcher_cpu" in r else ""
+    return (
+        f"| {what} | {r['wall']:.1f} | {'' if after is None else f'{after:.1f}'} | "
+        f"{r['user'] + r['sys']:.1f} ({r['user']:.1f}+{r['sys']:.1f}) | {r['rss_mb']:.0f} | {launcher} | "
+        f"{base / r['wall']:.2f}x |"
+    )
+
+
+def _direct_flags(workers: int) -> List[str]:
+    """The DirectRunner with ``workers`` worker processes; 0: no flags (the config's runner
+    and ``--build-flags`` alone)."""
+    if not workers:
+        return []
+    return ["--runner=DirectRunner", f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+
+
+def run_rows(args, work: str, env: Dict[str, str]) -> None:
+    t = time.perf_counter()
+    manifest = make_rows(work, args.rows)
+    tiny = make_rows(work, 8)
+    print(f"manifest of {args.rows:,} rows ready in {time.perf_counter() - t:.0f}s", file=sys.stderr)
+    extra = shlex.split(args.build_flags)
+    load = os.getloadavg()[0]
+    print(f"\n{args.rows:,} rows over tiny JPEGs, {os.cpu_count()} CPUs, load average at start {load:.1f}\n")
+    loop_out = os.path.join(work, "loop-rows")
+    shutil.rmtree(loop_out, ignore_errors=True)
+    os.makedirs(loop_out)
+    loop = timed([sys.executable, "-c", ROWS_LOOP, manifest, loop_out], env)
+    print(
+        "| what | wall s | after start-up s | CPU s (user+sys) | peak RSS MB (largest process) "
+        "| launcher alone: CPU s / peak RSS MB | loop / this |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    print(_row("Pillow + tfrecord loop (1 process)", loop, loop["wall"]))
+    for workers in [int(w) for w in args.workers.split(",")]:
+        flags = _direct_flags(workers)
+        results = {}
+        for name, source in (("startup", tiny), ("build", manifest)):
+            out = os.path.join(work, f"out-rows-{workers}-{name}")
+            shutil.rmtree(out, ignore_errors=True)
+            cfg = os.path.join(work, f"rows-{name}.yaml")
+            rows_config(cfg, source, out)
+            results[name] = timed_build([cfg, "--no-progress", *flags, *extra], env, work)
+        label = f"{workers} worker(s)" if workers else "--build-flags only"
+        print(_row(f"tfrecord-io build, {label}", results["build"], loop["wall"], results["startup"]))
+        print(_row(f"  start-up (8 rows), {label}", results["startup"], loop["wall"]))
+    print(f"\nload average at end {os.getloadavg()[0]:.1f}; data in {work}")
+
+
 def find_tf_python(given: Optional[str]) -> Optional[str]:
     for path in (
         given,
@@ -183,9 +350,18 @@ def main() -> None:
     parser.add_argument("--cases", default="keep,reencode")
     parser.add_argument("--tf-python", default=None)
     parser.add_argument("--workdir", default=None, help="keep the generated images here (reused if present)")
+    parser.add_argument("--rows", type=int, default=0, help="the many-rows case: a manifest of N rows (see above)")
+    parser.add_argument("--workers", default=None, help="local worker counts to run (default 1,2; --rows: 2)")
+    parser.add_argument("--build-flags", default="", help="extra flags for every build (quoted, shell syntax)")
     args = parser.parse_args()
 
     work = args.workdir or tempfile.mkdtemp(prefix="bench-build-")
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if args.rows:
+        args.workers = args.workers or "2"
+        run_rows(args, work, env)
+        return
+    args.workers = args.workers or "1,2"
     root = os.path.join(work, f"images-{args.images}")
     tiny = os.path.join(work, "images-8")
     if not os.path.isdir(root):
@@ -195,28 +371,26 @@ def main() -> None:
     if not os.path.isdir(tiny):
         make_images(tiny, 8)
     size_mb = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs) / 1e6
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     tf_python = find_tf_python(args.tf_python)
     load = os.getloadavg()[0]
     print(f"\n{args.images} JPEGs, {size_mb:.0f} MB, {os.cpu_count()} CPUs, load average at start {load:.1f}\n")
-    print("| case | what | wall s | after start-up s | CPU s (user+sys) | peak RSS MB | loop / this |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    worker_counts = [int(w) for w in args.workers.split(",")]
+    extra = shlex.split(args.build_flags)
+    print(
+        "| case | what | wall s | after start-up s | CPU s (user+sys) | peak RSS MB "
+        "| launcher alone: CPU s / peak RSS MB | loop / this |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for case in args.cases.split(","):
         results = {}
-        for workers in (1, 2):
-            flags = [
-                "--runner=DirectRunner",
-                f"--direct_num_workers={workers}",
-                "--direct_running_mode=multi_processing",
-            ]
+        for workers in worker_counts:
+            flags = _direct_flags(workers)
             for name, images in (("startup", tiny), ("build", root)):
                 out = os.path.join(work, f"out-{case}-{workers}-{name}")
                 shutil.rmtree(out, ignore_errors=True)
                 cfg = os.path.join(work, f"{case}-{name}.yaml")
                 write_config(cfg, images, out, CASES[case])
-                results[(name, workers)] = timed(
-                    [sys.executable, "-m", "pipelines", "build", cfg, "--no-progress", *flags], env
-                )
+                results[(name, workers)] = timed_build([cfg, "--no-progress", *flags, *extra], env, work)
         loop_out = os.path.join(work, f"loop-{case}")
         shutil.rmtree(loop_out, ignore_errors=True)
         os.makedirs(loop_out)
@@ -230,18 +404,13 @@ def main() -> None:
         rows = [("Pillow + tfrecord loop (1 process)", loop, None)]
         if tf_loop:
             rows.append(("TensorFlow loop (1 process)", tf_loop, None))
-        for workers in (1, 2):
+        for workers in worker_counts:
             rows.append(
                 (f"tfrecord-io build, {workers} worker(s)", results[("build", workers)], results[("startup", workers)])
             )
             rows.append((f"  Beam start-up (8 images), {workers} worker(s)", results[("startup", workers)], None))
         for what, r, startup in rows:
-            after = r["wall"] - startup["wall"] if startup else None
-            ratio = loop["wall"] / r["wall"]
-            print(
-                f"| {case} | {what} | {r['wall']:.1f} | {'' if after is None else f'{after:.1f}'} | "
-                f"{r['user'] + r['sys']:.1f} ({r['user']:.1f}+{r['sys']:.1f}) | {r['rss_mb']:.0f} | {ratio:.2f}x |"
-            )
+            print(f"| {case} " + _row(what, r, loop["wall"], startup))
     print(f"\nload average at end {os.getloadavg()[0]:.1f}; images in {work}")
 
 

@@ -2,7 +2,8 @@
 
 Data: a version directory of demo-like Examples (a 64x64 PNG, 0.25 s of 16 kHz
 float32 audio, a caption and a label: ~20 KB per record) in 4 shards per split, with
-its ``dataset_info.json``, written to a temp dir (page cache).
+the metadata a build writes (``dataset_dir.write_info``: ``tfrecord_io_info.json`` and
+TFDS's files), written to a temp dir (page cache).
 
 Cases, timed in one run:
 - ``plain loop``: one process reads every shard with ``tfrecord_iterator``, parses
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import heapq
 import io
-import json
 import os
 import sys
 import tempfile
@@ -29,18 +29,22 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 
+from tfrecord_io.transforms import Audio, Image, Label, Text, encode_row
 from tfrecord_io.writer import RecordWriter
-from transforms import Audio, Image, Label, Text, encode_row
 
 SPLITS = {"train": 0.8, "test": 0.2}
 SHARDS = 4
 
 
 def make_dataset(root: str, records: int) -> str:
-    """Write ``root/v1`` (shards + dataset_info.json + LATEST); return the root."""
+    """Write ``root/v1`` (shards, the metadata a build writes, LATEST); return the root."""
     import soundfile as sf
     from PIL import Image as PILImage
     from PIL import ImageDraw
+
+    from tfrecord_io.pipelines.runtime import dataset_dir
+    from tfrecord_io.pipelines.runtime.dataset_dir import sha256_file
+    from tfrecord_io.transforms.rows import check_spec
 
     spec = {
         "image": Image(mode="RGB", reencode="png"),
@@ -85,28 +89,39 @@ def make_dataset(root: str, records: int) -> str:
             writer.write_records([encoded[(k + j) % 12] for j in range(count)])
             writer.close()
             k += count
-            shards.append({"path": rel, "records": count, "bytes": os.path.getsize(os.path.join(version, rel))})
+            path = os.path.join(version, rel)
+            shards.append(
+                {
+                    "path": rel,
+                    "index": rel + ".index",
+                    "records": count,
+                    "bytes": os.path.getsize(path),
+                    "sha256": sha256_file(path),
+                }
+            )
         splits[split] = {"records": n, "bytes": sum(s["bytes"] for s in shards), "num_shards": SHARDS, "shards": shards}
     info = {
         "name": "bench",
         "version": "v1",
         "encoders": {c: e.to_config() for c, e in spec.items()},
+        "features": {s.key: s.to_dict() for s in check_spec(spec)},
+        "compression": "",
         "splits": splits,
         "records": sum(s["records"] for s in splits.values()),
         "rows_in": records,
         "rejected": 0,
     }
-    with open(os.path.join(version, "dataset_info.json"), "w") as f:
-        json.dump(info, f)
-    with open(os.path.join(root, "LATEST"), "w") as f:
-        f.write("v1\n")
+    # what a build writes: TFDS's files, then tfrecord_io_info.json (the commit protocol's
+    # own function), then LATEST
+    dataset_dir.write_info(version, info)
+    dataset_dir.publish(root, "v1")
     return root
 
 
 def plain_loop(root: str, samples: int) -> int:
-    from pipelines.report import _columns, resolve_input
-    from pipelines.report_stats import SplitStatsFn, label_column, observe_record, sample_key
     from tfrecord_io.index import load_index
+    from tfrecord_io.pipelines.report.job import _columns, resolve_input
+    from tfrecord_io.pipelines.report.stats import SplitStatsFn, label_column, observe_record, sample_key
     from tfrecord_io.reader import tfrecord_iterator
 
     inp = resolve_input([root])
@@ -141,8 +156,8 @@ def main() -> int:
 
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.report import _columns, resolve_input, run_report
-    from pipelines.report_stats import run_stats_job
+    from tfrecord_io.pipelines.report.job import _columns, resolve_input, run_report
+    from tfrecord_io.pipelines.report.stats import run_stats_job
 
     with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
         root = make_dataset(os.path.join(tmp, "data"), args.records)

@@ -38,8 +38,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.options import beam_args, load_runner_section
-from pipelines.validate import run_validate
+from tfrecord_io.pipelines.runtime.options import beam_args, load_runner_section
+from tfrecord_io.pipelines.validate import run_validate
 from tfrecord_io.writer import RecordWriter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,7 +70,9 @@ def flags_for(runner: str) -> List[str]:
 def cluster_command(command: str, engine: str, folder: str) -> None:
     args = [sys.executable, os.path.join(REPO, "scripts", "cluster"), command, engine, "--dir", folder]
     if command == "up":
-        args += ["--workers", "2"]
+        # --shared-tmp: the one input file (and validate's results) are in this machine's
+        # temp folder, read by every cluster process; the measurement is about the engines.
+        args += ["--workers", "2", "--shared-tmp"]
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
 
 

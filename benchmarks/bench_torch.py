@@ -27,6 +27,20 @@ DataLoader's start-up per epoch (forking the workers, ~0.1 s) and each worker's 
 batches dominate; real image data sets have far more records per epoch.
 
     python benchmarks/bench_torch.py [--small 200000] [--images 10000] [--repeats 3]
+
+Three more modes, each measured against its own baseline in the same run (64 KiB
+records in ``--files`` files, whole batches of 64 made in 2 workers, the batched
+stand-in decode):
+
+- ``--global``: ``shuffle="global"`` (one permutation of all records per epoch, read a
+  window at a time) against sequential reading and a 10,000-record buffer shuffle, on
+  local disk (the page cache: the files were just written);
+- ``--s3``: the same reads from the S3 server (versitygw on 127.0.0.1, started here;
+  ``TFRECORD_IO_VERSITYGW`` or ``~/.cache/tfrecord-io/bin/versitygw``) against the
+  local files: sequential and global;
+- ``--resume``: torchdata's ``StatefulDataLoader`` resuming at 90% of an epoch (5 ms
+  transform per record, as in the issue): ours (``state_dict`` seeks) against the
+  ``tfrecord`` package's dataset (not stateful: the loader replays the first 90%).
 """
 
 from __future__ import annotations
@@ -41,7 +55,7 @@ import sys
 import tempfile
 import time
 import warnings
-from typing import Callable, List, Tuple
+from typing import Callable, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -98,9 +112,11 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def epoch_rate(make: Callable[[], DataLoader]) -> Tuple[float, float]:
-    """(records/s, CPU microseconds per record over all processes) of one epoch,
-    DataLoader start-up included (as a training epoch pays it)."""
+def epoch_rate(make: Callable[[], DataLoader], server_pid: Optional[int] = None) -> Tuple[float, float, float]:
+    """(records/s, CPU microseconds per record over all processes, and of the process
+    ``server_pid`` over the same epoch) of one epoch, DataLoader start-up included (as
+    a training epoch pays it)."""
+    server0 = _server_cpu(server_pid) if server_pid else 0.0
     it = iter(make())
     cpu0, start = _cpu_seconds(), time.perf_counter()
     count, batch = 0, None
@@ -109,20 +125,216 @@ def epoch_rate(make: Callable[[], DataLoader]) -> Tuple[float, float]:
     wall = time.perf_counter() - start
     it._shutdown_workers()  # reap the workers so that their CPU time is counted
     cpu = _cpu_seconds() - cpu0
+    server = _server_cpu(server_pid) - server0 if server_pid else 0.0
     del it, batch
     gc.collect()  # outside the measured CPU: a full collection costs ~70 ms here, not the reader's
-    return count / wall, cpu / count * 1e6
+    return count / wall, cpu / count * 1e6, server / count * 1e6
 
 
-def best_rates(contenders: List[Callable[[], DataLoader]], repeats: int) -> List[Tuple[float, float]]:
+def best_rates(
+    contenders: List[Callable[[], DataLoader]], repeats: int, server_pid: Optional[int] = None
+) -> List[Tuple[float, float]]:
     """Best records/s and least CPU per record of each contender; rounds interleave
     them, so that load from elsewhere on a shared machine falls on all of them alike."""
-    best = [(0.0, float("inf"))] * len(contenders)
+    return [(r, c) for r, c, _ in best_rates_and_server(contenders, repeats, server_pid)]
+
+
+def best_rates_and_server(
+    contenders: List[Callable[[], DataLoader]], repeats: int, server_pid: Optional[int] = None
+) -> List[Tuple[float, float, float]]:
+    """``best_rates`` plus the least CPU per record of the process ``server_pid``."""
+    best = [(0.0, float("inf"), float("inf"))] * len(contenders)
     for _ in range(repeats):
         for k, make in enumerate(contenders):
-            rate, cpu = epoch_rate(make)
-            best[k] = (max(best[k][0], rate), min(best[k][1], cpu))
+            rate, cpu, server = epoch_rate(make, server_pid)
+            best[k] = (max(best[k][0], rate), min(best[k][1], cpu), min(best[k][2], server))
     return best
+
+
+def write_image_files(directory: str, n: int, files: int) -> List[str]:
+    per = -(-n // files)
+    paths = []
+    for k in range(files):
+        path = os.path.join(directory, f"img-{k:03d}.tfrecord")
+        rng = random.Random(k)
+        with RecordWriter(path) as w:
+            for i in range(k * per, min(n, (k + 1) * per)):
+                w.write_record(
+                    serialize_example({"image": (rng.randbytes(64 * 1024), "byte"), "label": (i % 10, "int")})
+                )
+        create_index(path, path + ".index")
+        paths.append(path)
+    return paths
+
+
+def batched_loader(paths: List[str], workers: int, **kw) -> Callable[[], DataLoader]:
+    ds = TFRecordBatchDataset(
+        paths,
+        "auto",
+        {"image": "byte", "label": "int"},
+        64,
+        shapes={"label": ()},
+        batch_transform=images_to_batch,
+        **kw,
+    )
+    return lambda: DataLoader(ds, batch_size=None, num_workers=workers)
+
+
+def _load() -> str:
+    a, b, c = os.getloadavg()
+    return f"load average {a:.1f} {b:.1f} {c:.1f} on {os.cpu_count()} CPUs"
+
+
+def bench_global(args) -> None:
+    tmp = tempfile.mkdtemp(prefix="bench-global-")
+    try:
+        paths = write_image_files(tmp, args.images, args.files)
+        w = args.workers
+        names = ["sequential", "buffer shuffle (10,000)", "**global shuffle**"]
+        rates = best_rates(
+            [
+                batched_loader(paths, w),
+                batched_loader(paths, w, shuffle_queue_size=10_000, shuffle_files=True, seed=1),
+                batched_loader(paths, w, shuffle="global", seed=1),
+            ],
+            args.repeats,
+        )
+        print(f"{args.images} records of 64 KiB in {args.files} files, local disk, {w} workers; {_load()}")
+        print("| reading | records/s (CPU us/rec) | vs sequential: rate (CPU) |")
+        print("|---|---:|---:|")
+        (s, sc) = rates[0]
+        for name, (r, c) in zip(names, rates):
+            print(f"| {name} | {r:,.0f} ({c:.1f}) | {r / s:.2f}x ({sc / c:.2f}x) |")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _server_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) of the S3 server process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_s3(args) -> None:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(here, "tests"))
+    from tfrecord_io import remote_reader
+
+    from s3support import find_versitygw, start_versitygw
+
+    remote_reader.configure(
+        parallel=args.s3_parallel,
+        block_size=None if args.s3_block_mib is None else args.s3_block_mib << 20,
+        request_size=None if args.s3_request_mib is None else args.s3_request_mib << 20,
+    )
+    binary = find_versitygw()
+    if binary is None:
+        raise SystemExit("versitygw not found: run `bash scripts/setup-s3` (or set TFRECORD_IO_VERSITYGW)")
+    tmp = tempfile.mkdtemp(prefix="bench-s3-")
+    server = start_versitygw(binary, tmp, keep_alive=args.s3_keep_alive)
+    try:
+        os.environ.update(server.env())
+        remote_reader.reset_client()
+        os.makedirs(os.path.join(tmp, "local"))
+        paths = write_image_files(os.path.join(tmp, "local"), args.images, args.files)
+        bucket = server.make_bucket()
+        client = server.client()
+        urls = []
+        for p in paths:
+            for suffix in ("", ".index"):
+                client.upload_file(p + suffix, bucket, os.path.basename(p) + suffix)
+            urls.append(f"s3://{bucket}/{os.path.basename(p)}")
+        w = args.workers
+        contenders = [
+            batched_loader(paths, w),
+            batched_loader(urls, w),
+            batched_loader(paths, w, shuffle="global", seed=1),
+            batched_loader(urls, w, shuffle="global", seed=1),
+        ]
+        load_before = _load()
+        rates = best_rates_and_server(contenders, args.repeats, server.process.pid)
+        s = remote_reader.settings()
+        print(
+            f"{args.images} records of 64 KiB in {args.files} files, {w} workers; S3: versitygw on 127.0.0.1"
+            f"{' --keep-alive' if args.s3_keep_alive else ' (closes each connection)'}, {s.parallel} GETs in flight "
+            f"per sequential reader, {s.request_size >> 20} MiB per GET, {s.block_size >> 20} MiB blocks, "
+            f"{s.random_parallel} GETs in flight for a global-shuffle window; before: {load_before}; after: {_load()}"
+        )
+        print(
+            "| reading | local disk rec/s (CPU us/rec) | S3 rec/s (our CPU us/rec) | server CPU us/rec "
+            "| 2-core ceiling rec/s | **S3 / local** |"
+        )
+        print("|---|---:|---:|---:|---:|---:|")
+        for name, (lr, lc, _), (sr, sc, sv) in (
+            ("sequential", rates[0], rates[1]),
+            ("global shuffle", rates[2], rates[3]),
+        ):
+            ceiling = 2e6 / (sc + sv)
+            print(
+                f"| {name} | {lr:,.0f} ({lc:.1f}) | {sr:,.0f} ({sc:.1f}) | {sv:.1f} | {ceiling:,.0f} "
+                f"| **{sr / lr:.2f}x** |"
+            )
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _Slow:
+    """A 5 ms per-record transform (sleep: the stand-in for decoding that the issue used)."""
+
+    def __call__(self, record):
+        time.sleep(0.005)
+        return {"label": record["label"]}
+
+
+def bench_resume(args) -> None:
+    import tfrecord.torch.dataset as peer
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    tmp = tempfile.mkdtemp(prefix="bench-resume-")
+    try:
+        path = os.path.join(tmp, "small.tfrecord")
+        n = args.resume_records
+        write_small(path, n)
+        w, bs = args.workers, 16
+        steps = n // bs
+        stop = int(steps * 0.9)
+
+        def make_ours():
+            return TFRecordDataset(path, path + ".index", {"label": "int"}, transform=_Slow(), seed=0)
+
+        def make_theirs():
+            return peer.TFRecordDataset(path, path + ".index", {"label": "int"}, transform=_Slow())
+
+        rows = []
+        for name, make in (("tfrecord 1.14.6 (replayed)", make_theirs), ("**ours (seeks)**", make_ours)):
+            loader = StatefulDataLoader(make(), batch_size=bs, num_workers=w, snapshot_every_n_steps=1)
+            start = time.perf_counter()
+            it = iter(loader)
+            for _ in range(stop):
+                next(it)
+            state = loader.state_dict()
+            first_part = time.perf_counter() - start
+            rest = sum(1 for _ in it)
+            whole = time.perf_counter() - start
+            del it, loader
+            resumed = StatefulDataLoader(make(), batch_size=bs, num_workers=w, snapshot_every_n_steps=1)
+            resumed.load_state_dict(state)
+            start = time.perf_counter()
+            got = sum(1 for _ in resumed)
+            took = time.perf_counter() - start
+            rows.append((name, whole, first_part, took, got, rest))
+        print(
+            f"{n} records, 5 ms transform per record, {w} workers, batches of {bs}, resumed at step {stop} of {steps}"
+        )
+        print(f"({_load()})")
+        print("| reader | whole epoch s | resume -> end of epoch s | resume / epoch | batches after resume |")
+        print("|---|---:|---:|---:|---:|")
+        for name, whole, _, took, got, rest in rows:
+            print(f"| {name} | {whole:.2f} | {took:.2f} | {took / whole:.2f} | {got} (uninterrupted: {rest}) |")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv: List[str] = None) -> None:
@@ -131,7 +343,25 @@ def main(argv: List[str] = None) -> None:
     parser.add_argument("--images", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--files", type=int, default=8, help="files of the --global/--s3 data")
+    parser.add_argument("--resume-records", type=int, default=1000)
+    parser.add_argument("--s3-parallel", type=int, default=None, help="range GETs in flight per worker (--s3)")
+    parser.add_argument("--s3-block-mib", type=int, default=None, help="MiB scanned at a time (--s3)")
+    parser.add_argument("--s3-request-mib", type=int, default=None, help="MiB per range GET (--s3)")
+    parser.add_argument(
+        "--s3-keep-alive", action="store_true", help="versitygw --keep-alive (as AWS S3: connections reused)"
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--global", dest="global_", action="store_true", help="global shuffle vs sequential")
+    mode.add_argument("--s3", action="store_true", help="S3 (versitygw on 127.0.0.1) vs local disk")
+    mode.add_argument("--resume", action="store_true", help="StatefulDataLoader resume at 90%%")
     args = parser.parse_args(argv)
+    if args.global_:
+        return bench_global(args)
+    if args.s3:
+        return bench_s3(args)
+    if args.resume:
+        return bench_resume(args)
 
     import tfrecord.torch.dataset as peer
 

@@ -27,8 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from PIL import Image as PILImage
 
+from tfrecord_io.transforms import Audio, Image, Int, decode_example, encode_row
 from tfrecord_io.writer import RecordWriter
-from transforms import Audio, Image, Int, decode_example, encode_row
 
 
 def interleaved_best(fns, rounds=3):
@@ -128,7 +128,7 @@ def beam_encode(rows, spec, out_prefix, workers):
     import apache_beam as beam
 
     from tfrecord_io import WriteToTFRecord
-    from transforms import EncodeExample
+    from tfrecord_io.transforms import EncodeExample
 
     t = time.perf_counter()
     with beam.Pipeline(options=beam_options(workers)) as p:
@@ -143,7 +143,7 @@ def beam_decode(pattern, spec, workers):
     import apache_beam as beam
 
     from tfrecord_io import ReadFromTFRecord
-    from transforms import DecodeExample
+    from tfrecord_io.transforms import DecodeExample
 
     t = time.perf_counter()
     with beam.Pipeline(options=beam_options(workers)) as p:

@@ -11,7 +11,7 @@ import os
 import pickle
 import uuid
 from collections import Counter
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -37,11 +37,15 @@ class _Collect(beam.DoFn):
 
 
 def run_pipeline(
-    build: Callable[[beam.Pipeline], Dict[str, Any]], workdir: str, multi: bool = False
+    build: Callable[[beam.Pipeline], Dict[str, Any]],
+    workdir: str,
+    multi: bool = False,
+    flags: Optional[List[str]] = None,
 ) -> Tuple[Dict[str, List[Any]], Dict[Tuple[str, str], int]]:
-    """Build with ``build(p) -> {name: pcollection}``, run on the DirectRunner, and
-    return ``({name: [elements]}, {(namespace, metric): committed value})``."""
-    p = beam.Pipeline("DirectRunner", options=PipelineOptions(MULTI if multi else []))
+    """Build with ``build(p) -> {name: pcollection}``, run on the DirectRunner (with
+    ``flags``, else two processes when ``multi``), and return
+    ``({name: [elements]}, {(namespace, metric): committed value})``."""
+    p = beam.Pipeline("DirectRunner", options=PipelineOptions(flags if flags is not None else MULTI if multi else []))
     outputs = build(p)
     dirs = {}
     for name, pcoll in outputs.items():

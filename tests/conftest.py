@@ -40,7 +40,7 @@ import functools
 import os
 import re
 import sys
-from typing import Dict, Optional, Set
+from typing import Any, Dict, NamedTuple, Optional, Set, Tuple
 
 import pytest
 
@@ -53,7 +53,62 @@ pytest_plugins = ["s3support"]
 
 # A test module that builds Beam pipelines in the test process (directly or through the
 # project's job functions) calls one of these.
-_BUILDS_PIPELINES = re.compile(r"\b(Pipeline|run_pipeline|run_build|run_validate)\(")
+# (``demo_build(...)``: the fixture below, which calls run_build.)
+_BUILDS_PIPELINES = re.compile(r"\b(Pipeline|run_pipeline|run_build|run_validate|demo_build)\(")
+
+
+@pytest.fixture(scope="session")
+def demo_media(tmp_path_factory):
+    """The demo's media set (``make_demo_media``: images, audio, captions, a manifest and a
+    build config, one row a truncated JPEG), made once per row count for the whole session:
+    ``demo_media(rows) -> (root, config path)``. Tests only read it; their builds write
+    under their own ``tmp_path`` (``pipeline_support.build_config``)."""
+    made: Dict[int, tuple] = {}
+
+    def get(rows: int = 12) -> tuple:
+        if rows not in made:
+            from tfrecord_io.pipelines.demo_data import make_demo_media
+
+            root = tmp_path_factory.mktemp(f"demo-media-{rows}")
+            made[rows] = (str(root), make_demo_media(str(root), rows=rows))
+        return made[rows]
+
+    return get
+
+
+class DemoBuild(NamedTuple):
+    """A build of the demo (``demo_build``): the dataset root, its version ``v1`` and the
+    loaded build config."""
+
+    root: str
+    version_dir: str
+    config: Dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def demo_build(demo_media, tmp_path_factory):
+    """The demo media (``demo_media``) built in process (``run_build``, one DirectRunner
+    worker) as version ``v1``, once per row count and config overrides for the whole
+    session: ``demo_build(rows, **overrides) -> DemoBuild`` (``overrides``: dotted config
+    keys, ``**{"report": True}``). Tests only read it; one that changes a build copies
+    it first."""
+    made: Dict[Tuple[int, Tuple[Tuple[str, Any], ...]], DemoBuild] = {}
+
+    def get(rows: int = 12, **overrides: Any) -> DemoBuild:
+        key = (rows, tuple(sorted(overrides.items())))
+        if key not in made:
+            from tfrecord_io.pipelines.build.job import run_build
+
+            from tests.pipeline_support import build_config, options
+
+            _, config_path = demo_media(rows)
+            out = str(tmp_path_factory.mktemp(f"demo-build-{rows}"))
+            config = build_config(config_path, out, "v1", **overrides)
+            run_build(config, options(), progress=False, log=lambda *a, **k: None)
+            made[key] = DemoBuild(out, os.path.join(out, "v1"), config)
+        return made[key]
+
+    return get
 
 
 def pytest_addoption(parser):
@@ -115,8 +170,9 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark the tests of every module that builds pipelines (``-m beam`` selects them);
-    with ``--beam-only-recorded``, keep only the recorded tests."""
+    """Mark the tests of every module that builds pipelines (``-m beam`` selects them) and
+    every test that uses the S3 server (``s3``); with ``--beam-only-recorded``, keep only
+    the recorded tests."""
     builds: Dict[str, bool] = {}
     for item in items:
         path = str(item.fspath)
@@ -125,6 +181,9 @@ def pytest_collection_modifyitems(config, items):
                 builds[path] = bool(_BUILDS_PIPELINES.search(f.read()))
         if builds[path]:
             item.add_marker(pytest.mark.beam)
+        if "s3_server" in getattr(item, "fixturenames", ()):
+            # every test on the real S3 server, not only the ones marked by hand (-m "not s3")
+            item.add_marker(pytest.mark.s3)
     recorded_path = config.getoption("--beam-only-recorded")
     if recorded_path:
         if not os.path.exists(recorded_path):

@@ -105,6 +105,27 @@ class S3Server:
         self.client().create_bucket(Bucket=name)
         return name
 
+    def upload_tree(self, local_dir: str, url: str) -> None:
+        """Copy every file under ``local_dir`` to ``url`` (``s3://bucket/prefix``)."""
+        bucket, _, prefix = url[len("s3://") :].partition("/")
+        client = self.client()
+        for root, _, names in os.walk(local_dir):
+            for name in names:
+                path = os.path.join(root, name)
+                client.upload_file(path, bucket, f"{prefix}/{os.path.relpath(path, local_dir)}")
+
+    def upload_demo(self, demo_config: str, url: str, config_out: str) -> str:
+        """The demo (``make_demo_media``: the folder of its media, manifest and build
+        config) copied to ``url``, and ``config_out`` written: the demo's build config with
+        its manifest (and so the media it names) read from there. Returns ``config_out``."""
+        self.upload_tree(os.path.dirname(demo_config), url)
+        with open(demo_config, encoding="utf-8") as f:
+            text = f.read()
+        assert "  manifest: manifest.csv\n" in text, demo_config
+        with open(config_out, "w", encoding="utf-8") as f:
+            f.write(text.replace("  manifest: manifest.csv\n", f"  manifest: {url}/manifest.csv\n"))
+        return config_out
+
     def object_path(self, url: str) -> str:
         """The file behind ``s3://bucket/key`` in the posix backend's directory."""
         assert url.startswith("s3://"), url
@@ -120,9 +141,22 @@ class S3Server:
                 self.process.wait(timeout=10)
 
 
-def start_versitygw(binary: str, workdir: str, timeout_s: float = START_TIMEOUT_S) -> S3Server:
-    """Start versitygw on a free 127.0.0.1 port and wait until it answers a signed request."""
-    root = os.path.join(workdir, "s3-root")
+def start_versitygw(
+    binary: str,
+    workdir: str,
+    timeout_s: float = START_TIMEOUT_S,
+    keep_alive: bool = False,
+    root: Optional[str] = None,
+) -> S3Server:
+    """Start versitygw on a free 127.0.0.1 port and wait until it answers a signed request.
+
+    ``keep_alive``: keep connections open between requests (``--keep-alive``), as AWS S3
+    and most S3 servers do; versitygw's default closes the connection after every
+    response, so each request pays a TCP connect (the tests keep that default: it
+    exercises reconnecting). ``root``: the directory to serve (default: a new one in
+    ``workdir``; another server's ``root_dir`` serves its buckets too)."""
+    extra = ["--keep-alive"] if keep_alive else []
+    root = root or os.path.join(workdir, "s3-root")
     os.makedirs(root, exist_ok=True)
     access, secret = "tk" + secrets.token_hex(8), secrets.token_hex(20)
     last_error: Optional[BaseException] = None
@@ -130,8 +164,9 @@ def start_versitygw(binary: str, workdir: str, timeout_s: float = START_TIMEOUT_
         port = _free_port()
         log_path = os.path.join(workdir, f"versitygw-{port}.log")
         log = open(log_path, "wb")
+        args = [binary, "--access", access, "--secret", secret, "--port", f"127.0.0.1:{port}", "--quiet", *extra]
         proc = subprocess.Popen(
-            [binary, "--access", access, "--secret", secret, "--port", f"127.0.0.1:{port}", "--quiet", "posix", root],
+            [*args, "posix", root],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -176,3 +211,64 @@ def s3_server(tmp_path_factory) -> Iterator[S3Server]:
 def s3_bucket(s3_server: S3Server) -> str:
     """A fresh, empty bucket on the session's server: ``"s3://<name>"``."""
     return "s3://" + s3_server.make_bucket()
+
+
+class CuttingProxy:
+    """A TCP proxy on 127.0.0.1 in front of the S3 server that can break responses off:
+    the first ``cuts`` connections (all of them with ``cuts=None``) are closed after
+    ``cut_after`` bytes of the server's response, as a flaky network or a server that
+    drops a connection does. ``connections`` counts the connections clients opened."""
+
+    def __init__(self, server: S3Server, cut_after: Optional[int] = None, cuts: Optional[int] = 0) -> None:
+        import threading
+
+        host, _, port = server.endpoint.rpartition("//")[2].partition(":")
+        self.target = (host, int(port))
+        self.cut_after, self.cuts = cut_after, cuts
+        self.connections = 0
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._closed = False
+        self._threading = threading
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            n = self.connections
+            self.connections += 1
+            limit = self.cut_after if self.cuts is None or n < self.cuts else None
+            upstream = socket.create_connection(self.target)
+            for src, dst, lim in ((client, upstream, None), (upstream, client, limit)):
+                self._threading.Thread(target=self._pump, args=(src, dst, lim, (client, upstream)), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket, limit: Optional[int], both: tuple) -> None:
+        sent = 0
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if limit is not None and sent + len(data) >= limit:
+                    dst.sendall(data[: limit - sent])
+                    break
+                dst.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        for s in both:  # one side done or cut: the connection is over
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()

@@ -25,8 +25,8 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from pipelines import dataset_dir
-from pipelines.demo_data import make_demo_media
+from tfrecord_io.pipelines.demo_data import make_demo_media
+from tfrecord_io.pipelines.runtime import dataset_dir, processes
 
 from tests.pipeline_support import REPO, run_cli
 
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.airflow
 
 DAG_ID = "tfrecord_io_build"
 DAG_FOLDER = os.path.join(REPO, "examples", "airflow")
-SCHEDULED_BUILD = os.path.join(REPO, "pipelines", "scheduled_build.py")
+SCHEDULED_BUILD = os.path.join(REPO, "tfrecord_io", "pipelines", "scheduled_build.py")
 DEFAULT_VENV_PYTHON = os.path.expanduser("~/.cache/tfrecord-io/airflow-venv/bin/python")
 DAG_RUN_TIMEOUT = 600
 
@@ -183,7 +183,7 @@ def _assert_one_whole_version(out: str, version: str) -> None:
     info = dataset_dir.load_info(version_dir)
     assert info is not None and info["version"] == version
     assert info["rows_in"] == 13 and info["records"] == 12 and info["rejected"] == 1
-    expected = {dataset_dir.INFO_NAME, "rejected-00000-of-00001.jsonl"}
+    expected = {dataset_dir.INFO_NAME, "rejected-00000-of-00001.jsonl", *info.get("tfds", {}).get("files", [])}
     for split in info["splits"].values():
         for shard in split["shards"]:
             assert dataset_dir.sha256_file(os.path.join(version_dir, shard["path"])) == shard["sha256"]
@@ -215,41 +215,10 @@ def test_dag_builds_and_validates_and_a_rerun_of_the_same_date_rewrites_nothing(
     assert _snapshot(out) == before
 
 
-def _pids_by_parent() -> Dict[int, List[int]]:
-    children: Dict[int, List[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    return children
-
-
-def _descendants(pid: int) -> List[int]:
-    children, out, todo = _pids_by_parent(), [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def _build_process(airflow_pid: int, out: str) -> Optional[int]:
     """The build task's Beam process (py_interpreter running scheduled_build.py) under our ``airflow dags test``."""
-    for pid in _descendants(airflow_pid):
-        cmd = _cmdline(pid)
+    for pid in processes.descendants(airflow_pid):
+        cmd = processes.cmdline(pid)
         if SCHEDULED_BUILD in cmd and f"--output={out}" in cmd:
             return pid
     return None
@@ -279,7 +248,7 @@ def test_build_attempt_killed_mid_write_is_retried_into_one_whole_version(airflo
         while not killed and proc.poll() is None and time.monotonic() < deadline:
             build = _build_process(proc.pid, out)
             if build is not None and _shard_files_under(version_dir):
-                killed = [build, *_descendants(build)]
+                killed = [build, *processes.descendants(build)]
                 for pid in killed:  # the build's whole process tree (it and its Beam workers)
                     try:
                         os.kill(pid, signal.SIGKILL)
@@ -311,7 +280,9 @@ def test_dag_on_flink_runner_against_a_standalone_cluster(airflow, tmp_path):
     cluster_dir = str(tmp_path / "cluster")
     script = [sys.executable, os.path.join(REPO, "scripts", "cluster")]
     up = subprocess.run(
-        [*script, "up", "flink", "--dir", cluster_dir, "--workers", "2", "--timeout", "240"],
+        # --shared-tmp: this DAG writes its dataset to a local folder (under /tmp) that the
+        # cluster must see; a private /tmp per process is tested in tests/test_cluster.py.
+        [*script, "up", "flink", "--dir", cluster_dir, "--workers", "2", "--timeout", "240", "--shared-tmp"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -325,7 +296,11 @@ def test_dag_on_flink_runner_against_a_standalone_cluster(airflow, tmp_path):
             "environment_type": "EXTERNAL",
             "environment_config": endpoints["TFRECORD_IO_FLINK_WORKER_POOL"],
             "parallelism": 2,
+            # validate's results come back through storage the workers share (a runner
+            # other than the local one needs it: exit 2 otherwise); this cluster shares /tmp.
+            "temp_location": str(tmp_path / "beam-temp"),
         }
+        os.makedirs(beam_options["temp_location"])
         out, log = str(tmp_path / "dataset"), str(tmp_path / "dags-test.log")
         date, date_sql, version = "2026-11-28T02:00:00+00:00", "2026-11-28 02:00:00.000000", "20261128T020000"
         rc = airflow.run(

@@ -18,12 +18,12 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import tfrecord_io
-from pipelines import dataset_dir
-from pipelines.build import run_build
-from pipelines.config import load_config
 from tfrecord_io import datasets, files
+from tfrecord_io.pipelines.build.config import load_config
+from tfrecord_io.pipelines.build.job import run_build
+from tfrecord_io.pipelines.runtime import dataset_dir
 
-from tests.pipeline_support import IN_PROCESS, REPO, TWO_WORKERS, options, run_cli
+from tests.pipeline_support import IN_PROCESS, REPO, TWO_WORKERS, options, run_cli, start_cli
 
 
 def _jpeg(path, color, size=(32, 24)):
@@ -99,23 +99,15 @@ def test_rejected_rows_carry_their_reasons(media, tmp_path):
 
 
 def test_unknown_scheme_is_a_usage_error_before_anything_is_written(media, tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pipelines",
-            "build",
-            str(media / "build.yaml"),
-            "--output",
-            "nosuchfs://bucket/ds",
-            "--no-progress",
-            *IN_PROCESS,
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
+    proc = run_cli(
+        "build",
+        str(media / "build.yaml"),
+        "--output",
+        "nosuchfs://bucket/ds",
+        "--no-progress",
+        *IN_PROCESS,
+        cwd=str(tmp_path),
         timeout=300,
-        env=dict(os.environ, PYTHONPATH=REPO),
     )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -126,7 +118,7 @@ def test_unknown_scheme_is_a_usage_error_before_anything_is_written(media, tmp_p
 
 
 def test_retry_after_a_failed_attempt_cleans_up_and_builds(media, tmp_path, monkeypatch):
-    import pipelines.build as build_module
+    import tfrecord_io.pipelines.build.write as build_module
 
     out = tmp_path / "out"
     run_build(_cfg(media, out, "v1"), options(), progress=False)
@@ -187,7 +179,7 @@ def test_retry_after_success_verifies_and_rewrites_nothing(media, tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            os.path.join(REPO, "pipelines", "scheduled_build.py"),
+            os.path.join(REPO, "tfrecord_io", "pipelines", "scheduled_build.py"),
             f"--config={media / 'build.yaml'}",
             f"--output={out}",
             "--version=20261130T020000",
@@ -231,20 +223,9 @@ def test_same_version_with_another_config_is_refused(media, tmp_path):
 
 def test_two_builds_at_once_publish_distinct_whole_versions(media, tmp_path):
     out = tmp_path / "out"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pipelines",
-        "build",
-        str(media / "build.yaml"),
-        "--output",
-        str(out),
-        "--no-progress",
-        *IN_PROCESS,
-    ]
-    env = dict(os.environ, PYTHONPATH=REPO)
     procs = [
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)
+        start_cli("build", str(media / "build.yaml"), "--output", str(out), "--no-progress", *IN_PROCESS)
+        for _ in range(2)
     ]
     results = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], results
@@ -314,6 +295,11 @@ def test_s3_build_validate_corrupt_reshard_rerun_kill_retry(media, s3_fs, s3_buc
     got = sorted(bytes(r) for p in flat for r in tfrecord_io.tfrecord_iterator(p))
     want = sorted(bytes(r) for path in first for r in tfrecord_io.tfrecord_iterator(files.join(v1, path)))
     assert got == want
+    # The built shards are indexed: the slice path copies them in path order, evenly.
+    in_order = [bytes(r) for path in sorted(first) for r in tfrecord_io.tfrecord_iterator(files.join(v1, path))]
+    shards = [[bytes(r) for r in tfrecord_io.tfrecord_iterator(p)] for p in sorted(flat)]
+    assert [r for shard in shards for r in shard] == in_order
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
 
     again = run_cli("build", str(media / "build.yaml"), "--output", root, "--version", "v2", *flags)
     assert again.returncode == 0, again.stderr
@@ -321,23 +307,15 @@ def test_s3_build_validate_corrupt_reshard_rerun_kill_retry(media, s3_fs, s3_buc
     assert datasets.read_latest(root) == "v2"
 
     # A build killed mid-run (the launcher and its workers) leaves LATEST as it was.
-    env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pipelines",
-            "build",
-            str(media / "build.yaml"),
-            "--output",
-            root,
-            "--version",
-            "v3",
-            *flags,
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    proc = start_cli(
+        "build",
+        str(media / "build.yaml"),
+        "--output",
+        root,
+        "--version",
+        "v3",
+        *flags,
+        capture=False,
         start_new_session=True,
     )
     marker = s3.object_path(root + "/v3/_BUILDING")
@@ -399,3 +377,22 @@ def test_two_runs_claiming_one_s3_version_at_once_only_one_wins(s3_fs, s3_bucket
     assert dataset_dir.read_marker(version_dir)["run_id"] == claims[winner].run_id
     claims[winner].release()
     assert dataset_dir.read_marker(version_dir) is None
+
+
+def test_muting_beams_log_from_two_threads_restores_logging():
+    """The S3 marker writes mute Beam's log from the main thread and the heartbeat thread at
+    once; however their enters and exits interleave, logging is back as it was after both
+    (a per-thread save/restore left it disabled for the whole process)."""
+    import logging
+
+    from tfrecord_io.pipelines.runtime.dataset_dir import _BeamLogsMuted
+
+    before = logging.root.manager.disable
+    a, b = _BeamLogsMuted(), _BeamLogsMuted()
+    a.__enter__()
+    b.__enter__()
+    assert logging.root.manager.disable == logging.CRITICAL
+    a.__exit__(None, None, None)
+    assert logging.root.manager.disable == logging.CRITICAL  # b still writing
+    b.__exit__(None, None, None)
+    assert logging.root.manager.disable == before

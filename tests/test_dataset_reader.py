@@ -40,7 +40,7 @@ SLICES = [
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = build_tiny_dataset(str(tmp_path_factory.mktemp("built")))
-    with open(os.path.join(root, "v1", "dataset_info.json")) as f:
+    with open(os.path.join(root, "v1", "tfrecord_io_info.json")) as f:
         info = json.load(f)
     # every split's records in order (shards in order), read shard by shard, as the ground truth
     order = {}
@@ -103,8 +103,8 @@ def test_follows_latest_or_a_named_version(built, tmp_path):
     with open(os.path.join(copy, "LATEST"), "w") as f:
         f.write("v0\n")
     assert tfrecord_io.select_dataset(copy, "validation").version == "v0"
-    os.remove(os.path.join(copy, "v0", "dataset_info.json"))  # an unfinished build is never read
-    with pytest.raises(DatasetLayoutError, match="dataset_info.json"):
+    os.remove(os.path.join(copy, "v0", "tfrecord_io_info.json"))  # an unfinished build is never read
+    with pytest.raises(DatasetLayoutError, match="tfrecord_io_info.json"):
         tfrecord_io.select_dataset(copy, "validation")
     with pytest.raises(DatasetLayoutError):
         tfrecord_io.select_dataset(str(tmp_path), "train")
@@ -117,7 +117,7 @@ def test_readers_do_not_import_transforms():
 
     code = (
         "import sys, tfrecord_io, tfrecord_io.torch, tfrecord_io.beam_dataset, tfrecord_io.dataset_reader; "
-        "print(sorted(m for m in sys.modules if m == 'transforms' or m.startswith('transforms.')))"
+        "print(sorted(m for m in sys.modules if m.split('.')[:2] == ['tfrecord_io', 'transforms']))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -167,10 +167,10 @@ def test_from_dataset_reads_a_slice_once_across_workers_and_ranks(built, workers
 
 
 def test_images_decoded_in_the_worker_with_a_transforms_decoder(built):
-    import transforms
+    import tfrecord_io.transforms
 
     root, info, _ = built
-    decoder = transforms.ExampleDecoder(transforms.spec_from_config(info["encoders"]))
+    decoder = tfrecord_io.transforms.ExampleDecoder(tfrecord_io.transforms.spec_from_config(info["encoders"]))
     ds = from_dataset(root, "validation", batch_size=8, record_decoder=decoder)
     batches = list(DataLoader(ds, batch_size=None, num_workers=2))
     assert sum(len(b["n"]) for b in batches) == info["splits"]["validation"]["records"]

@@ -22,7 +22,7 @@ from tfrecord_io.errors import ExampleCodecError, RecordTooLargeError
 from tfrecord_io.framing import encode_frame
 
 from tests.beam_support import multiset, run_pipeline
-from tests.pipeline_support import IN_PROCESS, REPO
+from tests.pipeline_support import IN_PROCESS, run_cli
 
 # ---------------------------------------------------------------- reads skip sidecars
 
@@ -102,7 +102,7 @@ def test_read_from_tfrecord_with_filename_gives_path_record_pairs(tmp_path):
 
 
 def test_runner_given_with_a_space_is_recognised():
-    from pipelines.options import beam_args, is_local, runner_name
+    from tfrecord_io.pipelines.runtime.options import beam_args, is_local, runner_name
 
     assert runner_name(["--runner", "FlinkRunner"]) == "FlinkRunner"
     assert not is_local(["--runner", "FlinkRunner"])
@@ -115,8 +115,8 @@ def test_runner_given_with_a_space_is_recognised():
 
 
 def test_runner_with_a_space_gets_its_binary_and_no_direct_options(tmp_path, monkeypatch):
-    from pipelines.options import beam_args
-    from pipelines.runners import FLINK_JAR
+    from tfrecord_io.pipelines.runtime.options import beam_args
+    from tfrecord_io.pipelines.runtime.runners import FLINK_JAR
 
     (tmp_path / FLINK_JAR).write_bytes(b"jar")
     monkeypatch.setenv("TFRECORD_IO_RUNNER_CACHE", str(tmp_path))
@@ -231,12 +231,7 @@ def test_reading_one_huge_record_holds_one_copy(tmp_path, compress):
 def _cli(tmp_path, *args, timeout=600):
     """Run the CLI with its logs under tmp_path (returns the process and the log dir)."""
     logs = tmp_path / "logs"
-    env = dict(os.environ, TFRECORD_IO_LOG_DIR=str(logs))
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipelines", *args], capture_output=True, text=True, env=env, timeout=timeout
-    )
-    return proc, logs
+    return run_cli(*args, log_dir=str(logs), timeout=timeout), logs
 
 
 def _corrupt_file(tmp_path):
@@ -312,7 +307,7 @@ def test_index_with_an_empty_runner_cache_is_a_usage_error(tmp_path, monkeypatch
 
 
 def test_root_cause_is_found_in_a_runners_wrapped_text():
-    from pipelines.failures import root_cause
+    from tfrecord_io.pipelines.runtime.failures import root_cause
 
     worker_text = textwrap.dedent(
         """\

@@ -2,9 +2,9 @@
 file still being written, a disk that fills up.
 
 After each, the reader's view is checked the way a downstream job would take it:
-``LATEST`` names a version whose ``dataset_info.json`` lists shards that are all there,
+``LATEST`` names a version whose ``tfrecord_io_info.json`` lists shards that are all there,
 whole (SHA-256 and record counts match), and no other directory of the root carries a
-``dataset_info.json`` for partial data; and the command's last words say what happened
+``tfrecord_io_info.json`` for partial data; and the command's last words say what happened
 and what is left. (Two builds into one root at once are tested by the build-s3 work.)
 """
 
@@ -21,76 +21,45 @@ import time
 import pytest
 
 import tfrecord_io as tfio
-from pipelines import dataset_dir
-from pipelines.build import run_build
-from pipelines.config import load_config
-from pipelines.demo_data import make_demo_media
-from pipelines.failures import child_pids
-from pipelines.local_workers import PROCESS_NAME
+from tfrecord_io.pipelines.build.job import run_build
+from tfrecord_io.pipelines.runtime import dataset_dir, processes
+from tfrecord_io.pipelines.runtime.local_workers import PROCESS_NAME
 
-from tests.pipeline_support import REPO, TWO_WORKERS, options
+from tests.pipeline_support import TWO_WORKERS, build_config, cli_env, options, start_cli
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")
-def media(tmp_path_factory):
-    root = tmp_path_factory.mktemp("media")
-    config = make_demo_media(str(root), rows=12)
-    return str(root), config
+def media(demo_media):
+    return demo_media(12)
 
 
 def _build_v1(config, out):
-    cfg = load_config(config, [("output.dir", str(out)), ("output.version", "v1")])
-    run_build(cfg, options(), progress=False)
+    run_build(build_config(config, out, "v1"), options(), progress=False)
 
 
 def _start_build(config, out, tmp_path, version="v2", preexec_fn=None, extra=()):
-    env = dict(os.environ, TFRECORD_IO_LOG_DIR=str(tmp_path / "logs"))
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pipelines",
-            "build",
-            config,
-            "--output",
-            str(out),
-            "--version",
-            version,
-            "--no-progress",
-            *TWO_WORKERS,
-            *extra,
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    return start_cli(
+        "build",
+        config,
+        "--output",
+        str(out),
+        "--version",
+        version,
+        "--no-progress",
+        *TWO_WORKERS,
+        *extra,
+        log_dir=str(tmp_path / "logs"),
         preexec_fn=preexec_fn,
         start_new_session=True,  # its own process group: a hung run is killed whole below
     )
 
 
-def _cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def _comm(pid):
-    try:
-        with open(f"/proc/{pid}/comm", "rb") as f:
-            return f.read().strip().decode()
-    except OSError:
-        return ""
-
-
 def _is_worker(pid):
-    """Beam's own worker process, or one forked by pipelines/local_workers.py."""
-    return ("sdk_worker_main" in _cmdline(pid) and not _cmdline(pid).startswith("/bin/sh")) or _comm(
+    """Beam's own worker process, or one forked by tfrecord_io/pipelines/runtime/local_workers.py."""
+    command = processes.cmdline(pid)
+    return ("sdk_worker_main" in command and not command.startswith("/bin/sh")) or processes.comm(
         pid
     ) == PROCESS_NAME.decode()
 
@@ -99,7 +68,7 @@ def _wait_for_workers(proc, out, count=2, timeout=180):
     """The launcher's Python worker processes, once ``count`` run and the version dir exists."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        workers = [p for p in child_pids(proc.pid) if _is_worker(p)]
+        workers = [p for p in processes.descendants(proc.pid) if _is_worker(p)]
         if len(workers) >= count and (out / "v2").exists():
             return workers
         time.sleep(0.1)
@@ -108,16 +77,8 @@ def _wait_for_workers(proc, out, count=2, timeout=180):
     )
 
 
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except OSError:
-        return False
-
-
 def assert_readers_see_whole_data(out, latest="v1"):
-    """What a reader that follows LATEST or dataset_info.json finds is whole."""
+    """What a reader that follows LATEST or tfrecord_io_info.json finds is whole."""
     assert dataset_dir.read_latest(str(out)) == latest
     for name in os.listdir(out):
         version_dir = out / name
@@ -125,7 +86,7 @@ def assert_readers_see_whole_data(out, latest="v1"):
             continue
         info = dataset_dir.load_info(str(version_dir))
         if info is None:
-            continue  # no dataset_info.json: no reader takes it
+            continue  # no tfrecord_io_info.json: no reader takes it
         for split in info["splits"].values():
             for shard in split["shards"]:
                 path = str(version_dir / shard["path"])
@@ -149,7 +110,7 @@ def test_kill_9_one_worker_of_a_multi_process_build(media, tmp_path):
     _build_v1(config, out)
     proc = _start_build(config, out, tmp_path)
     workers = _wait_for_workers(proc, out)
-    all_children = child_pids(proc.pid)
+    all_children = processes.descendants(proc.pid)
     os.kill(workers[0], signal.SIGKILL)
     code, _, err = _finish(proc)
     assert code == 1, err
@@ -158,7 +119,7 @@ def test_kill_9_one_worker_of_a_multi_process_build(media, tmp_path):
     assert f"partial output {out / 'v2'} removed" in err
     assert "Traceback" not in err and "exit:  1" in err
     assert not (out / "v2").exists()
-    assert not [p for p in all_children if _alive(p)], "worker processes outlived the launcher"
+    assert not [p for p in all_children if processes.running(p)], "worker processes outlived the launcher"
     assert_readers_see_whole_data(out)
 
 
@@ -168,7 +129,7 @@ def test_sigterm_to_the_launcher(media, tmp_path):
     _build_v1(config, out)
     proc = _start_build(config, out, tmp_path)
     _wait_for_workers(proc, out)
-    all_children = child_pids(proc.pid)
+    all_children = processes.descendants(proc.pid)
     proc.send_signal(signal.SIGTERM)
     code, _, err = _finish(proc)
     assert code == 128 + signal.SIGTERM, err
@@ -176,8 +137,62 @@ def test_sigterm_to_the_launcher(media, tmp_path):
     assert "LATEST still points at v1" in err and f"partial output {out / 'v2'} removed" in err
     assert "Traceback" not in err
     assert not (out / "v2").exists()
-    assert not [p for p in all_children if _alive(p)], "worker processes outlived the launcher"
+    assert not [p for p in all_children if processes.running(p)], "worker processes outlived the launcher"
     assert_readers_see_whole_data(out)
+
+
+# The build CLI with a stage after BuildDataset's finalize that waits for a file that
+# never comes: the version is published and the job is still running.
+_HELD_AFTER_FINALIZE = """
+import sys
+import apache_beam as beam
+from tfrecord_io.pipelines import cli
+from tfrecord_io.pipelines.build import job
+from tests.pipeline_support import wait_for_file
+
+real = job.build_pipeline
+
+def held(p, *args, **kwargs):
+    build, info = real(p, *args, **kwargs)
+    info | "HoldAfterFinalize" >> beam.Map(wait_for_file, sys.argv[1])
+    return build, info
+
+job.build_pipeline = held
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+
+def test_sigterm_after_the_version_is_published_keeps_it(media, tmp_path):
+    """SIGTERM once the finalize stage moved LATEST, while the job still runs: the run
+    fails (128 + 15), the version it published stays - LATEST names it, whole - and the
+    failure block says so (before, the launcher removed the version LATEST named)."""
+    _, config = media
+    out = tmp_path / "out"
+    _build_v1(config, out)
+    argv = ["build", config, "--output", str(out), "--version", "v2", "--no-progress", *TWO_WORKERS]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HELD_AFTER_FINALIZE, str(tmp_path / "never"), *argv],
+        env=cli_env(str(tmp_path / "logs")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    while dataset_dir.read_latest(str(out)) != "v2" and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    assert dataset_dir.read_latest(str(out)) == "v2"
+    proc.send_signal(signal.SIGTERM)
+    code, _, err = _finish(proc)
+    assert code == 128 + signal.SIGTERM, err
+    assert "tfrecord-io build failed: interrupted: stopped by SIGTERM" in err, err
+    assert "LATEST points at v2 (it was v1 before this run)" in err, err
+    assert f"{out / 'v2'} was published by this run before the failure" in err and "kept, whole" in err, err
+    assert "removed" not in err and "Traceback" not in err, err
+    assert (out / "v2").is_dir()
+    assert_readers_see_whole_data(out, latest="v2")
+    assert dataset_dir.load_info(str(out / "v2"))["records"] == 12
 
 
 def _can_mount_tmpfs(target):
@@ -264,8 +279,7 @@ def test_reading_a_file_that_is_still_being_appended_to(tmp_path):
     n = 300
     expected = [b"record-%05d" % i * 50 for i in range(n)]
     frame_size = len(expected[0]) + 16
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    writer = subprocess.Popen([sys.executable, "-c", _APPENDER, path, str(n)], env=env)
+    writer = subprocess.Popen([sys.executable, "-c", _APPENDER, path, str(n)], env=cli_env())
     truncated = whole = 0
     try:
         while writer.poll() is None or whole == 0:

@@ -46,6 +46,35 @@ def test_empty_file_has_empty_index(tmp_path):
     assert len(tfio.load_index(path + ".index")) == 0 and index.matches(0)
 
 
+def test_index_over_chunk_boundaries_and_a_record_larger_than_a_chunk(tmp_path):
+    """Indexing scans 4 MiB at a time: frames cut by a chunk's end, and a record of 5 MiB
+    (larger than a chunk), get the offsets and sizes they have; damage in the second
+    chunk and a last frame cut short are the reader's errors at their byte offsets."""
+    rng = np.random.default_rng(7)
+    payloads = [bytes(rng.integers(0, 256, size=int(n), dtype=np.uint8)) for n in rng.integers(0, 3000, size=3000)]
+    payloads.insert(1500, b"\x07" * (5 << 20))
+    blob = b"".join(encode_frame(p) for p in payloads)
+    assert len(blob) > 2 * (4 << 20)
+    path = str(tmp_path / "big.tfrecord")
+    open(path, "wb").write(blob)
+    index = tfio.create_index(path, path + ".index")
+    sizes = [len(p) + 16 for p in payloads]
+    assert index.sizes.tolist() == sizes
+    assert index.offsets.tolist() == np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
+    assert tfio.load_index(path + ".index").offsets.tolist() == index.offsets.tolist()
+    broken = bytearray(blob)
+    victim = 2000
+    broken[int(index.offsets[victim]) + 12] ^= 0x01  # the first data byte of a record past 4 MiB
+    open(path, "wb").write(bytes(broken))
+    with pytest.raises(tfio.CorruptRecordError) as err:
+        tfio.build_index(path)
+    assert err.value.offset == index.offsets[victim] > (4 << 20)
+    open(path, "wb").write(blob[:-5])
+    with pytest.raises(tfio.TruncatedRecordError) as err:
+        tfio.build_index(path)
+    assert err.value.offset == index.offsets[-1]
+
+
 def test_matches_detects_stale_indexes():
     index = tfio.build_index(golden_path("records.tfrecord"))
     size = os.path.getsize(golden_path("records.tfrecord"))
@@ -69,12 +98,19 @@ def test_first_at_or_after():
         ("0 10\n", ">= 16"),
         ("-5 20\n", "rise"),
         ("\xff\xfe", "cannot read"),
+        ("0 20\n20 16 x\n", "malformed"),
+        ("99999999999999999999 20\n", "malformed"),
+        ("   \n", None),  # empty: no records
+        ("0 20 20 16\n", None),  # pairs need not be one a line (tfrecord2idx writes one a line)
     ],
 )
 def test_malformed_index_is_a_clear_error(tmp_path, text, what):
     path = str(tmp_path / "bad.index")
     with open(path, "wb") as f:
         f.write(text.encode("latin-1"))
+    if what is None:
+        assert tfio.load_index(path).to_text() == "".join(f"{a} {b}\n" for a, b in zip(*[iter(text.split())] * 2))
+        return
     with pytest.raises(tfio.IndexFileError, match=what) as err:
         tfio.load_index(path)
     assert path in str(err.value)

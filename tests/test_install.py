@@ -22,6 +22,7 @@ import sys
 from typing import Dict
 
 import pytest
+from test_wheel import wheel_problems
 
 from tfio_testutil import REPO
 
@@ -112,6 +113,7 @@ def test_wheel_installs_beside_the_newest_beam_and_tensorflow(tmp_path):
         cwd=str(tmp_path),
     )
     (wheel,) = glob.glob(str(tmp_path / "dist" / "tfrecord_io-*.whl"))
+    assert wheel_problems(wheel) == []  # only tfrecord_io/, all of it (test_wheel)
 
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", str(venv), env=env)

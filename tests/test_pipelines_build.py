@@ -10,26 +10,18 @@ import pytest
 import yaml
 
 import tfrecord_io
-from pipelines import dataset_dir
-from pipelines.build import run_build
-from pipelines.config import load_config
-from pipelines.demo_data import make_demo_media
-from pipelines.encoders_config import make_encoders
-from transforms import decode_example
+from tfrecord_io.pipelines.build.config import load_config
+from tfrecord_io.pipelines.build.encoders_config import make_encoders
+from tfrecord_io.pipelines.build.job import run_build
+from tfrecord_io.pipelines.runtime import dataset_dir
+from tfrecord_io.transforms import decode_example
 
-from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, options, run_cli
+from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, build_config, options, run_cli, start_cli
 
 
 @pytest.fixture(scope="module")
-def media(tmp_path_factory):
-    root = tmp_path_factory.mktemp("media")
-    config = make_demo_media(str(root), rows=18)
-    return str(root), config
-
-
-def _cfg(config_path, out, version, **extra):
-    overrides = [("output.dir", str(out)), ("output.version", version)] + list(extra.items())
-    return load_config(config_path, overrides)
+def media(demo_media):
+    return demo_media(18)
 
 
 def _shard_bytes(version_dir):
@@ -42,7 +34,7 @@ def _shard_bytes(version_dir):
 
 def test_build_from_manifest_writes_splits_indexes_info_and_latest(media, tmp_path):
     root, config = media
-    cfg = _cfg(config, tmp_path / "out", "v1")
+    cfg = build_config(config, tmp_path / "out", "v1")
     summary = run_build(cfg, options(), progress=False)
     version_dir = str(tmp_path / "out" / "v1")
     assert dataset_dir.read_latest(str(tmp_path / "out")) == "v1"
@@ -112,8 +104,8 @@ def test_build_from_directory_layout(tmp_path):
 
 def test_rerun_is_byte_identical_across_worker_counts(media, tmp_path):
     root, config = media
-    run_build(_cfg(config, tmp_path / "a", "v1"), options(IN_PROCESS), progress=False)
-    run_build(_cfg(config, tmp_path / "b", "v1"), options(TWO_WORKERS), progress=False)
+    run_build(build_config(config, tmp_path / "a", "v1"), options(IN_PROCESS), progress=False)
+    run_build(build_config(config, tmp_path / "b", "v1"), options(TWO_WORKERS), progress=False)
     first = _shard_bytes(str(tmp_path / "a" / "v1"))
     second = _shard_bytes(str(tmp_path / "b" / "v1"))
     assert first and first == second
@@ -121,7 +113,7 @@ def test_rerun_is_byte_identical_across_worker_counts(media, tmp_path):
 
 def test_different_seed_changes_order_but_not_content(media, tmp_path):
     root, config = media
-    run_build(_cfg(config, tmp_path / "a", "v1"), options(), progress=False)
+    run_build(build_config(config, tmp_path / "a", "v1"), options(), progress=False)
     run_build(
         load_config(config, [("output.dir", str(tmp_path / "b")), ("output.version", "v1"), ("seed", 7)]),
         options(),
@@ -143,8 +135,8 @@ def test_different_seed_changes_order_but_not_content(media, tmp_path):
 def test_failed_build_leaves_previous_version_current(media, tmp_path, monkeypatch):
     root, config = media
     out = tmp_path / "out"
-    run_build(_cfg(config, out, "v1"), options(), progress=False)
-    import pipelines.build as build_module
+    run_build(build_config(config, out, "v1"), options(), progress=False)
+    import tfrecord_io.pipelines.build.write as build_module
 
     calls = {"n": 0}
 
@@ -157,39 +149,29 @@ def test_failed_build_leaves_previous_version_current(media, tmp_path, monkeypat
 
     monkeypatch.setattr(build_module, "RecordWriter", FailingWriter)
     with pytest.raises(Exception, match="injected failure"):
-        run_build(_cfg(config, out, "v2"), options(), progress=False)
+        run_build(build_config(config, out, "v2"), options(), progress=False)
     assert dataset_dir.read_latest(str(out)) == "v1"
-    assert not os.path.exists(out / "v2" / "dataset_info.json")
-    assert os.path.exists(out / "v1" / "dataset_info.json")
+    assert not os.path.exists(out / "v2" / dataset_dir.INFO_NAME)
+    assert os.path.exists(out / "v1" / dataset_dir.INFO_NAME)
 
 
 def test_killed_build_leaves_previous_version_current(media, tmp_path):
     import signal
-    import subprocess
-    import sys
     import time
 
     root, config = media
     out = tmp_path / "out"
-    run_build(_cfg(config, out, "v1"), options(), progress=False)
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pipelines",
-            "build",
-            config,
-            "--output",
-            str(out),
-            "--version",
-            "v2",
-            "--no-progress",
-            *TWO_WORKERS,
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    run_build(build_config(config, out, "v1"), options(), progress=False)
+    proc = start_cli(
+        "build",
+        config,
+        "--output",
+        str(out),
+        "--version",
+        "v2",
+        "--no-progress",
+        *TWO_WORKERS,
+        capture=False,
         start_new_session=True,
     )
     deadline = time.monotonic() + 120
@@ -199,17 +181,17 @@ def test_killed_build_leaves_previous_version_current(media, tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert dataset_dir.read_latest(str(out)) == "v1"
-    assert not os.path.exists(out / "v2" / "dataset_info.json")
+    assert not os.path.exists(out / "v2" / dataset_dir.INFO_NAME)
 
 
 def test_target_shard_size_derives_shard_count(media, tmp_path):
     """The shard count of a split comes from its estimated bytes (the stored size of
-    each row's media files plus its other values), fixed before any encoding."""
+    each row's media files plus its other values), summed in the pipeline before any
+    encoding; computed here independently from the manifest and the files."""
+    import csv
     import math
 
-    from pipelines import splits
-    from pipelines.encoders_config import media_columns
-    from pipelines.manifest import load_rows, row_key
+    from tfrecord_io.pipelines.build import placement
 
     root, config = media
     cfg = load_config(
@@ -217,14 +199,20 @@ def test_target_shard_size_derives_shard_count(media, tmp_path):
         [("output.dir", str(tmp_path / "o")), ("output.version", "v1"), ("sharding", {"target_shard_bytes": "100KB"})],
     )
     sources = {n: s.get("column") or n for n, s in cfg["columns"].items()}
-    media_cols = [sources[c] for c in media_columns(cfg["columns"])]
-    rows = load_rows(cfg["input"], media_cols, sorted(set(sources.values())))
-    cutoffs = splits.split_cutoffs({k: v for k, v in cfg["splits"].items() if v > 0})
-    expected_bytes = {}
-    for row in rows:
-        split = splits.assign_split(row_key(row, cfg.get("key")), cutoffs, cfg["seed"])
-        size = sum(os.path.getsize(row[c]) if c in media_cols else len(str(row[c])) for c in row if c != "_row")
-        expected_bytes[split] = expected_bytes.get(split, 0) + size
+    media_cols = {sources[c] for c in ("image", "audio")}
+    cutoffs = placement.split_cutoffs({k: v for k, v in cfg["splits"].items() if v > 0})
+    expected_bytes = {name: 0 for name, _ in cutoffs}
+    with open(cfg["input"]["manifest"], newline="") as f:
+        for row in csv.DictReader(f):
+            key = row[cfg["key"]] if cfg.get("key") else json.dumps(row, sort_keys=True, ensure_ascii=False)
+            split = placement.place(key, cutoffs, cfg["seed"]).split
+            size = sum(
+                (os.path.getsize(os.path.join(root, v)) if os.path.exists(os.path.join(root, v)) else 0)
+                if c in media_cols
+                else len(str(v))
+                for c, v in row.items()
+            )
+            expected_bytes[split] += size
     summary = run_build(cfg, options(), progress=False)
     by_split = {}
     for s in summary.shards:
@@ -235,29 +223,10 @@ def test_target_shard_size_derives_shard_count(media, tmp_path):
     assert sum(len(v) for v in by_split.values()) > 3
 
 
-def test_task_files_give_the_rows_back_exactly(tmp_path):
-    """The rows a worker reads back from ``_tasks/`` are the plan's, value for value and
-    in order (a U+2028 in a value must not cut its line)."""
-    from pipelines.build import ShardTask, read_task, write_task_files
-
-    rows = [
-        {"path": "a\u2028b.jpg", "label": "caf\u00e9", "_row": 2},
-        {"path": "b.jpg", "x": 1.5, "y": None, "z": [1, {"k": True}], "_row": 3},
-    ]
-    refs = write_task_files([ShardTask("train", 1, 4, rows), ShardTask("test", 0, 1, [])], str(tmp_path))
-    assert [(r["split"], r["shard"], r["num_shards"], r["rows"]) for r in refs] == [
-        ("train", 1, 4, 2),
-        ("test", 0, 1, 0),
-    ]
-    back = read_task(refs[0])
-    assert (back.split, back.shard, back.num_shards, back.rows) == ("train", 1, 4, rows)
-    assert read_task(refs[1]).rows == []
-
-
 def test_forked_workers_only_for_the_direct_runners_multi_process_mode():
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.local_workers import worker_count
+    from tfrecord_io.pipelines.runtime.local_workers import worker_count
 
     assert worker_count(PipelineOptions(TWO_WORKERS)) == 2
     assert worker_count(PipelineOptions(IN_PROCESS)) is None
@@ -271,10 +240,10 @@ def test_forked_workers_only_for_the_direct_runners_multi_process_mode():
 
 def test_cli_build_on_forked_workers_matches_one_in_process_worker(media, tmp_path):
     """The CLI's two local workers are forked from the launcher (its log says so), and
-    give the same shards and rejected rows as one in-process worker; no ``_tasks/`` or
-    ``_shards/`` is left in the published version."""
+    give the same shards and rejected rows as one in-process worker; no ``_rejected/``
+    parts or ``_BUILDING`` marker is left in the published version."""
     _, config = media
-    run_build(_cfg(config, tmp_path / "a", "v1"), options(IN_PROCESS), progress=False)
+    run_build(build_config(config, tmp_path / "a", "v1"), options(IN_PROCESS), progress=False)
     log = tmp_path / "build.log"
     run_cli(
         "build",
@@ -296,4 +265,4 @@ def test_cli_build_on_forked_workers_matches_one_in_process_worker(media, tmp_pa
     with open(os.path.join(a, rejected), "rb") as fa, open(os.path.join(b, rejected), "rb") as fb:
         assert fa.read() == fb.read()
     assert sorted(os.listdir(b)) == sorted(os.listdir(a))
-    assert not os.path.exists(os.path.join(b, "_tasks")) and not os.path.exists(os.path.join(b, "_shards"))
+    assert not os.path.exists(os.path.join(b, "_rejected")) and not os.path.exists(os.path.join(b, "_BUILDING"))

@@ -12,21 +12,19 @@ import pytest
 import yaml
 
 import tfrecord_io
-from pipelines import dataset_dir
-from pipelines.build import run_build
-from pipelines.config import ConfigError, load_config
-from pipelines.demo_data import make_demo_media
+from tfrecord_io.pipelines.build.config import ConfigError, load_config
+from tfrecord_io.pipelines.build.job import run_build
+from tfrecord_io.pipelines.runtime import dataset_dir
 
-from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, options, run_cli
+from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, build_config, options, run_cli
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    root = tmp_path_factory.mktemp("built")
-    config = make_demo_media(str(root), rows=12)
-    cfg = load_config(config, [("output.dir", str(root / "out")), ("output.version", "v1")])
-    run_build(cfg, options(), progress=False)
-    return str(root), config, str(root / "out")
+def built(demo_media, tmp_path_factory):
+    root, config = demo_media(12)
+    out = str(tmp_path_factory.mktemp("built") / "out")
+    run_build(build_config(config, out, "v1"), options(), progress=False)
+    return root, config, out
 
 
 @pytest.mark.parametrize("command", ["build", "validate", "index", "inspect", "reshard", "report"])
@@ -70,7 +68,7 @@ def test_unknown_encoder_names_the_field(tmp_path):
 def test_bad_encoder_parameter_names_the_field(tmp_path):
     config = _write_config(tmp_path, columns={"caption": {"encoder": "text", "normalise": "NFC"}})
     with pytest.raises(ConfigError, match=r"columns.caption: unknown parameter\(s\) normalise"):
-        from pipelines.encoders_config import make_encoders
+        from tfrecord_io.pipelines.build.encoders_config import make_encoders
 
         make_encoders(load_config(config)["columns"])
 
@@ -202,6 +200,11 @@ def test_index_command_creates_rebuilds_and_reports_corrupt(tmp_path):
     assert paths[1] in proc.stderr and "byte offset" in proc.stderr
     assert not os.path.exists(paths[1] + ".index")
     assert len(tfrecord_io.load_index(paths[0] + ".index")) == 21
+    # --force rewrites every index whatever it says (without reading it first)
+    open(paths[2] + ".index", "w").write("0 16\n")  # looks like an index, describes nothing
+    proc = run_cli("index", paths[0], paths[2], "--force", "--no-progress", *IN_PROCESS)
+    assert proc.returncode == 0 and "2 rebuilt" in proc.stdout, proc.stdout
+    assert len(tfrecord_io.load_index(paths[2] + ".index")) == 22
 
 
 def test_inspect_shows_counts_spec_and_readable_records(built):
@@ -265,7 +268,7 @@ def test_reshard_preserves_multiset_and_filters(built, tmp_path):
 def test_shipped_configs_are_valid(tmp_path, monkeypatch):
     import glob as _glob
 
-    from pipelines.runners import FLINK_JAR, PRISM_BIN, SPARK_JAR
+    from tfrecord_io.pipelines.runtime.runners import FLINK_JAR, PRISM_BIN, SPARK_JAR
 
     # Flink/Spark/Prism configs get their jar/binary from the runner cache (and fail
     # without it): give them a stand-in cache so this test does not need fetch-runners.
@@ -273,9 +276,9 @@ def test_shipped_configs_are_valid(tmp_path, monkeypatch):
     for name in (FLINK_JAR, SPARK_JAR, PRISM_BIN):
         (tmp_path / name).write_bytes(b"")
 
-    from pipelines.config import validate_config
-    from pipelines.encoders_config import make_encoders
-    from pipelines.options import beam_args
+    from tfrecord_io.pipelines.build.config import validate_config
+    from tfrecord_io.pipelines.build.encoders_config import make_encoders
+    from tfrecord_io.pipelines.runtime.options import beam_args
 
     from tests.pipeline_support import REPO
 
@@ -340,7 +343,7 @@ def test_scheduled_build_entry_takes_flags(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            os.path.join(REPO, "pipelines", "scheduled_build.py"),
+            os.path.join(REPO, "tfrecord_io", "pipelines", "scheduled_build.py"),
             f"--config={tmp_path / 'c.yaml'}",
             "--version=20261130T020000",
             *IN_PROCESS,
@@ -352,3 +355,74 @@ def test_scheduled_build_entry_takes_flags(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert dataset_dir.read_latest(str(tmp_path / "out")) == "20261130T020000"
     assert "written: 2" in proc.stdout
+
+
+_PATH_PROBE = """
+import importlib.util, json
+names = ("tfrecord_io", "torch", "datasets", "arrow", "build", "report", "validate", "cli")
+print("PROBE " + json.dumps({n: getattr(importlib.util.find_spec(n), "origin", None) for n in names}))
+"""
+
+
+def test_scheduled_build_runs_by_path_from_a_checkout_that_is_not_installed(tmp_path):
+    """``python <checkout>/tfrecord_io/pipelines/scheduled_build.py`` from another folder,
+    in an interpreter that has the dependencies but not tfrecord-io (``-S``: no site
+    initialisation, so no editable install; the dependencies from site-packages by
+    PYTHONPATH): it builds, ``tfrecord_io`` comes from the checkout, and neither
+    tfrecord_io/ nor tfrecord_io/pipelines/ is on sys.path to shadow ``torch``,
+    ``datasets``, ``arrow``, ``build`` ... (before: ModuleNotFoundError, and
+    tfrecord_io/ first on sys.path)."""
+    import json
+    import subprocess
+    import sys
+    import sysconfig
+
+    from tests.pipeline_support import REPO
+
+    script = os.path.join(REPO, "tfrecord_io", "pipelines", "scheduled_build.py")
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "PYTHONPATH": sysconfig.get_paths()["purelib"],
+    }
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    bare = subprocess.run([sys.executable, "-S", "-c", "import tfrecord_io"], capture_output=True, env=env, cwd=cwd)
+    assert bare.returncode != 0, "tfrecord_io is importable without the checkout: the test would prove nothing"
+    probe = subprocess.run(
+        [sys.executable, "-S", "-i", script, "--help"],
+        input=_PATH_PROBE,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+    )
+    lines = [line for line in probe.stdout.splitlines() if "PROBE " in line]
+    assert lines, probe.stdout + probe.stderr
+    origins = json.loads(lines[0].split("PROBE ", 1)[1])
+    assert origins["tfrecord_io"] == os.path.join(REPO, "tfrecord_io", "__init__.py"), origins
+    shadowed = {n: o for n, o in origins.items() if n != "tfrecord_io" and o and o.startswith(REPO)}
+    assert not shadowed, shadowed
+    (tmp_path / "m.csv").write_text("caption,label\nhello,1\nwelt,2\n")
+    (tmp_path / "c.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "t",
+                "input": {"manifest": "m.csv"},
+                "sharding": {"num_shards": 1},
+                "columns": {"caption": {"encoder": "text"}, "label": {"encoder": "int"}},
+                "output": {"dir": "out"},
+            }
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-S", script, f"--config={tmp_path / 'c.yaml'}", "--version=v1", *IN_PROCESS],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "written: 2" in proc.stdout and dataset_dir.read_latest(str(tmp_path / "out")) == "v1"

@@ -18,15 +18,14 @@ import numpy as np
 import pytest
 import yaml
 
-from pipelines import dataset_dir
-from pipelines.build import run_build
-from pipelines.config import load_config
-from pipelines.demo_data import make_demo_media
-from pipelines.report import run_report
-from pipelines.report_stats import hist_add, hist_merge, hist_new, hist_output
-from pipelines.validate import run_validate
 from tfrecord_io.codec import parse_example
 from tfrecord_io.index import load_index
+from tfrecord_io.pipelines.build.config import load_config
+from tfrecord_io.pipelines.build.job import run_build
+from tfrecord_io.pipelines.report.job import run_report
+from tfrecord_io.pipelines.report.stats import hist_add, hist_merge, hist_new, hist_output
+from tfrecord_io.pipelines.runtime import dataset_dir
+from tfrecord_io.pipelines.validate import run_validate
 from tfrecord_io.reader import tfrecord_iterator
 
 from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, options, run_cli
@@ -115,7 +114,7 @@ def test_histogram_is_the_same_whatever_the_partition():
 def test_rejected_rows_group_by_reason_without_the_failing_path():
     """Rows that failed for the same reason on different files are one group; the path
     stays in each example; a line that is not JSON is a group of its own, not a crash."""
-    from pipelines.report_stats import RejectedGroupFn, reason_group
+    from tfrecord_io.pipelines.report.stats import RejectedGroupFn, reason_group
 
     lines = [
         json.dumps(
@@ -159,7 +158,7 @@ def test_rejected_rows_group_by_reason_without_the_failing_path():
 
 
 def test_samples_are_grouped_by_label_only_for_few_classes():
-    from pipelines.report_stats import MAX_LABEL_GROUPS, ReportColumn, groups_by_label
+    from tfrecord_io.pipelines.report.stats import MAX_LABEL_GROUPS, ReportColumn, groups_by_label
 
     def label(n):
         return ReportColumn("label", "label", "label", tuple(str(i) for i in range(n)), n)
@@ -175,7 +174,7 @@ def test_media_for_the_page_from_any_image_mode_and_long_audio():
     import soundfile as sf
     from PIL import Image
 
-    from pipelines.report_media import audio_picture, thumbnail, wav_clip
+    from tfrecord_io.pipelines.report.media import audio_picture, thumbnail, wav_clip
 
     def decoded(uri):
         return base64.b64decode(uri.split(",", 1)[1])
@@ -199,7 +198,7 @@ def test_media_for_the_page_from_any_image_mode_and_long_audio():
 
 
 def test_validation_section_shows_problems_and_a_report_of_another_version():
-    from pipelines.report import ReportInput, _validation
+    from tfrecord_io.pipelines.report.job import ReportInput, _validation
 
     inp = ReportInput("/data/ds", "/data/ds/v2", {"name": "ds"}, [], [])
     failed = {
@@ -226,14 +225,10 @@ def test_validation_section_shows_problems_and_a_report_of_another_version():
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+def demo(demo_build, tmp_path_factory):
     """The demo dataset built with ``report: true``, validated, and reported on."""
     root = tmp_path_factory.mktemp("demo")
-    config = make_demo_media(str(root), rows=24)
-    out = str(root / "out")
-    cfg = load_config(config, [("output.dir", out), ("output.version", "v1"), ("report", True)])
-    run_build(cfg, options(), progress=False, log=lambda *a: None)
-    version_dir = os.path.join(out, "v1")
+    out, version_dir, _ = demo_build(24, report=True)
     validation = str(root / "validation.json")
     with open(validation, "w") as f:
         json.dump(run_validate([out], options(), progress=False), f)
@@ -242,7 +237,6 @@ def demo(tmp_path_factory):
     with open(page_path, encoding="utf-8") as f:
         page = f.read()
     return {
-        "root": str(root),
         "out": out,
         "version_dir": version_dir,
         "page": page,
@@ -323,8 +317,8 @@ def test_same_page_on_portable_runners(runner, demo, tmp_path):
     workers) gives the page the build wrote on the DirectRunner, byte for byte."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.options import beam_args
-    from pipelines.runners import RunnerSetupError
+    from tfrecord_io.pipelines.runtime.options import beam_args
+    from tfrecord_io.pipelines.runtime.runners import RunnerSetupError
 
     with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", f"{runner}.yaml")) as f:
         section = yaml.safe_load(f)["runner"]
@@ -485,8 +479,8 @@ def test_numeric_text_and_bytes_columns(tmp_path):
     """Int, Float (with a NaN), Array, Text and Bytes columns: histograms of values,
     lengths and sizes, from dataset_info.json's encoders and, for the same files without
     it, from the keys alone."""
+    from tfrecord_io.transforms import Array, Bytes, Float, Int, Text, encode_row
     from tfrecord_io.writer import RecordWriter
-    from transforms import Array, Bytes, Float, Int, Text, encode_row
 
     spec = {
         "count": Int(),
@@ -641,7 +635,7 @@ def test_browser_check_sees_requests_console_errors_and_blank_images(tmp_path):
     shows a blank 'thumbnail' fails every check the report passes."""
     from PIL import Image
 
-    from pipelines.report_media import data_uri
+    from tfrecord_io.pipelines.report.media import data_uri
 
     blank = io.BytesIO()
     Image.new("RGB", (64, 64), (255, 255, 255)).save(blank, "PNG")

@@ -25,9 +25,16 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from pipelines.config import SCHEMA, _check
-from pipelines.options import beam_args
-from pipelines.runners import FLINK_JAR, PRISM_BIN, SPARK_JAR, RunnerSetupError, add_runner_binaries, cache_dir
+from tfrecord_io.pipelines.build.config import SCHEMA, _check
+from tfrecord_io.pipelines.runtime.options import beam_args
+from tfrecord_io.pipelines.runtime.runners import (
+    FLINK_JAR,
+    PRISM_BIN,
+    SPARK_JAR,
+    RunnerSetupError,
+    add_runner_binaries,
+    cache_dir,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -140,6 +147,19 @@ def _fake_tools(tmp_path):
     return f"{fake}:/usr/bin:/bin"
 
 
+def _fetch_runners(cache, tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """``scripts/fetch-runners ARGS`` with ``cache`` as its cache, a fake ``mvn`` and
+    ``go`` (``_fake_tools``) and nothing else of this environment."""
+    env = {
+        "PATH": _fake_tools(tmp_path),
+        "HOME": str(tmp_path),
+        "TFRECORD_IO_RUNNER_CACHE": str(cache),
+        "PYTHON": sys.executable,
+    }
+    script = os.path.join(REPO, "scripts", "fetch-runners")
+    return subprocess.run(["bash", script, *args], capture_output=True, text=True, env=env, timeout=60)
+
+
 def test_fetch_runners_keeps_up_to_date_outputs(cache, tmp_path):
     """Every output present and stamped with its pom's hash: neither mvn nor go runs,
     and the three paths are printed."""
@@ -150,15 +170,7 @@ def test_fetch_runners_keeps_up_to_date_outputs(cache, tmp_path):
             (cache / f"{jar}.pom.sha256").write_text(hashlib.sha256(f.read()).hexdigest() + "\n")
         os.utime(cache / jar, (1, 1))  # older than the pom: only the stamp says "current"
     (cache / PRISM_BIN).chmod(0o755)
-    env = {
-        "PATH": _fake_tools(tmp_path),
-        "HOME": str(tmp_path),
-        "TFRECORD_IO_RUNNER_CACHE": str(cache),
-        "PYTHON": sys.executable,
-    }
-    proc = subprocess.run(
-        ["bash", os.path.join(REPO, "scripts", "fetch-runners")], capture_output=True, text=True, env=env, timeout=60
-    )
+    proc = _fetch_runners(cache, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         f"flink_job_server_jar={cache / FLINK_JAR}",
@@ -173,19 +185,7 @@ def test_fetch_runners_rebuilds_a_stale_jar_and_reports_failure(cache, tmp_path)
     fails, the old jar stays, the exit status is 1 and the message names the pom."""
     (cache / f"{FLINK_JAR}.pom.sha256").write_text("0" * 64 + "\n")
     os.utime(cache / FLINK_JAR, (1, 1))
-    env = {
-        "PATH": _fake_tools(tmp_path),
-        "HOME": str(tmp_path),
-        "TFRECORD_IO_RUNNER_CACHE": str(cache),
-        "PYTHON": sys.executable,
-    }
-    proc = subprocess.run(
-        ["bash", os.path.join(REPO, "scripts", "fetch-runners"), "--only", "flink"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    proc = _fetch_runners(cache, tmp_path, "--only", "flink")
     assert proc.returncode == 1
     assert (tmp_path / "mvn.called").exists()
     assert "Maven failed for" in proc.stderr and "flink-job-server/pom.xml" in proc.stderr

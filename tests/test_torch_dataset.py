@@ -5,6 +5,7 @@ package's output."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import Counter
 
@@ -14,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from tfrecord_io.errors import CorruptRecordError, ExampleCodecError
-from tfrecord_io.torch import TFRecordDataset, pad_collate
+from tfrecord_io.torch import ReadOptions, TFRecordDataset, pad_collate
 from tfrecord_io.torch.dataset import TFRecordDataset as TFRecordDatasetFromModule
 from tfrecord_io.writer import RecordWriter
 
@@ -268,3 +269,48 @@ def test_unshuffled_reading_leaves_torch_rng_alone(big_file):
     torch.manual_seed(9)
     assert len(list(TFRecordDataset(path, index, ["id"]))) == N
     assert torch.equal(torch.rand(3), expected)
+
+
+# ---------------------------------------------------------------------- reading options
+
+
+def test_reading_options_as_keywords_positionally_or_as_one_object_read_alike(big_file, tmp_path):
+    """The constructors take the reading options as before (keywords; shuffle_queue_size
+    and compression_type also positionally) or as one ``ReadOptions``: the same records
+    in the same order, and the options are on the dataset."""
+    path, index = big_file
+    kw = dict(shuffle_files=True, seed=4, rank=1, world_size=2, check_crc=False)
+    options = ReadOptions(shuffle_queue_size=32, compression_type=None, **kw)
+    by_keywords = TFRecordDataset(path, index, ["id"], shuffle_queue_size=32, **kw)
+    by_position = TFRecordDataset(path, index, ["id"], 32, None, None, None, **kw)
+    by_object = TFRecordDataset(path, index, ["id"], options=options)
+    assert by_keywords.options == by_position.options == by_object.options == options
+    want = epoch_ids(by_keywords, 0)
+    assert epoch_ids(by_position, 0) == epoch_ids(by_object, 0) == want
+    assert want != sorted(want) and len(want) == N // 2  # shuffled, this rank's half
+    # one object for several datasets (e.g. training and validation), gzip named positionally
+    gz = str(tmp_path / "data.tfrecord.gz")
+    write_examples(gz, range(50), compression="gzip")
+    gz_options = ReadOptions(compression_type="gzip", seed=1, shuffle_queue_size=8)
+    assert sorted(epoch_ids(TFRecordDataset(gz, None, ["id"], options=gz_options), 0)) == list(range(50))
+    assert epoch_ids(TFRecordDataset(gz, None, ["id"], options=gz_options), 0) == epoch_ids(
+        TFRecordDataset(gz, None, ["id"], 8, None, None, "gzip", seed=1), 0
+    )
+
+
+def test_reading_options_given_two_ways_or_unknown_are_refused(big_file):
+    path, index = big_file
+    with pytest.raises(TypeError, match=r"both as options= and as keywords \(seed\)"):
+        TFRecordDataset(path, index, options=ReadOptions(seed=1), seed=2)
+    with pytest.raises(TypeError, match=r"both as options= and as keywords \(shuffle_queue_size\)"):
+        TFRecordDataset(path, index, None, 16, options=ReadOptions(seed=1))
+    with pytest.raises(TypeError, match="unexpected keyword argument.*suffle_files"):
+        TFRecordDataset(path, index, suffle_files=True)
+    with pytest.raises(TypeError, match="takes a ReadOptions, not dict"):
+        TFRecordDataset(path, index, options={"seed": 1})
+    with pytest.raises(ValueError, match="shuffle_queue_size must be >= 0"):
+        ReadOptions(shuffle_queue_size=-1)
+    with pytest.raises(ValueError, match="global_window must be >= 1"):
+        TFRecordDataset(path, index, shuffle="global", global_window=0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ReadOptions().seed = 3  # type: ignore[misc]

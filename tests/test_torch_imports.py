@@ -23,7 +23,7 @@ def walk(name):  # like pkgutil.walk_packages, but never imports the skipped sub
     for info in pkgutil.iter_modules(getattr(mod, "__path__", [])):
         walk(name + "." + info.name)
 
-for pkg in ("tfrecord_io", "transforms", "pipelines"):
+for pkg in ("tfrecord_io",):
     if importlib.util.find_spec(pkg) is not None:
         walk(pkg)
 for lazy in ("ReadFromTFRecord",):

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from tfrecord_io.torch import MultiTFRecordDataset
+from tfrecord_io.torch import MultiTFRecordDataset, ReadOptions
 from tfrecord_io.writer import RecordWriter
 
 from tests.torch_data import write_examples
@@ -172,3 +172,18 @@ def test_index_pattern_for_a_split_of_many_files(tmp_path):
         MultiTFRecordDataset(str(tmp_path / "ds-{}.tfrecord-*"), str(tmp_path / "{}.index"), {"train": 1}).sources()
     ds = MultiTFRecordDataset(str(tmp_path / "ds-{}.tfrecord-*"), "auto", {"train": 1}, ["id"], infinite=False)
     assert len(ds) == 20 and sorted(int(r["id"][0]) for r in ds) == list(range(20))
+
+
+def test_reading_options_as_one_object_and_global_shuffle_refused(splits_dir):
+    """The same ``ReadOptions`` as the other datasets; ``shuffle="global"`` is refused
+    (the weighted draw, not a permutation, orders the records across splits)."""
+    pattern = str(splits_dir / "{}.tfrecord")
+    kw = dict(shuffle_queue_size=16, shuffle_files=True, seed=2, check_crc=False)
+    a = MultiTFRecordDataset(pattern, "auto", {"a": 0.5, "b": 0.5}, ["id"], infinite=False, **kw)
+    b = MultiTFRecordDataset(pattern, "auto", {"a": 0.5, "b": 0.5}, ["id"], infinite=False, options=ReadOptions(**kw))
+    assert a.options == b.options
+    assert _take(a, A + B, 0) == _take(b, A + B, 0)
+    with pytest.raises(ValueError, match="shuffle='global' does not apply"):
+        MultiTFRecordDataset(pattern, "auto", {"a": 1.0}, ["id"], shuffle="global", seed=1)
+    with pytest.raises(ValueError, match="shuffle='global' does not apply"):
+        MultiTFRecordDataset(pattern, "auto", {"a": 1.0}, ["id"], options=ReadOptions(shuffle="global"))

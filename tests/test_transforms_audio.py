@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 
 from tfrecord_io.codec import parse_example
-from transforms import Audio, AudioData, EncodeError, decode_example, encode_row
+from tfrecord_io.transforms import Audio, AudioData, EncodeError, decode_example, encode_row
 
 from transforms_media import audio_bytes, sine
 

@@ -17,9 +17,10 @@ from apache_beam.testing.util import assert_that, equal_to
 from PIL import Image as PILImage
 
 from tfrecord_io.reader import read_records
-from transforms import (
+from tfrecord_io.transforms import (
     Audio,
     DecodeExample,
+    DecodeSequenceExample,
     EncodeExample,
     EncodeSequenceExample,
     Image,
@@ -27,8 +28,11 @@ from transforms import (
     Label,
     Steps,
     Text,
+    beam_decode,
+    beam_encode,
     decode_example,
     decode_sequence_example,
+    validate,
 )
 
 from transforms_media import audio_bytes, image_bytes, pixels, sine, truncated_jpeg
@@ -124,7 +128,7 @@ def test_dead_letter_counts_and_round_trip_through_files(tmp_path, runner):
     run = p.run()
     run.wait_until_finish()
 
-    c = counters(run, "transforms.encode")
+    c = counters(run, beam_encode.NAMESPACE)
     assert c["rows_in"] == len(rows) == c["examples_out"] + c["rejected"]
     assert c["rejected"] == len(bad) and c["examples_out"] == len(rows) - len(bad)
     assert c["rejected_decode"] == sum(1 for _, s, _ in bad.values() if s == "decode")
@@ -154,20 +158,32 @@ def test_decode_transform_reads_beam_files_and_rejects_garbage(tmp_path):
     prefix = str(tmp_path / "x")
     with beam.Pipeline(options=PipelineOptions(RUNNERS["direct"])) as p:
         (p | beam.Create(good) | EncodeExample(SPEC)).examples | BeamWriteToTFRecord(prefix, num_shards=1)
-    with beam.Pipeline(options=PipelineOptions(RUNNERS["direct"])) as p:
-        records = p | BeamReadFromTFRecord(prefix + "*")
-        garbage = p | "Garbage" >> beam.Create([b"\x0a\x05garbage"])
-        out = (records, garbage) | beam.Flatten() | DecodeExample(SPEC)
-        assert_that(
-            out.decoded | "Summ" >> beam.Map(lambda d: (d["id"], d["caption"], d["image"].shape)),
-            equal_to([(r["id"], r["caption"], (8 + r["id"], 10, 3)) for r in good]),
-            label="Decoded",
-        )
-        assert_that(
-            out.rejected | "Why" >> beam.Map(lambda r: (r["stage"], "Example" in r["reason"])),
-            equal_to([("decode", True)]),
-            label="Rejected",
-        )
+    p = beam.Pipeline(options=PipelineOptions(RUNNERS["direct"]))
+    records = p | BeamReadFromTFRecord(prefix + "*")
+    garbage = p | "Garbage" >> beam.Create([b"\x0a\x05garbage"])
+    out = (records, garbage) | beam.Flatten() | DecodeExample(SPEC)
+    assert_that(
+        out.decoded | "Summ" >> beam.Map(lambda d: (d["id"], d["caption"], d["image"].shape)),
+        equal_to([(r["id"], r["caption"], (8 + r["id"], 10, 3)) for r in good]),
+        label="Decoded",
+    )
+    assert_that(
+        out.rejected | "Why" >> beam.Map(lambda r: (r["stage"], "Example" in r["reason"])),
+        equal_to([("decode", True)]),
+        label="Rejected",
+    )
+    run = p.run()
+    run.wait_until_finish()
+    c = counters(run, beam_decode.NAMESPACE)
+    assert c == {"records_in": len(good) + 1, "decoded": len(good), "rejected": 1}
+
+
+def test_metrics_namespaces_are_the_module_names():
+    """What a dashboard filters on: each transform module's counters under its own name
+    (not a module that no longer exists)."""
+    assert beam_encode.NAMESPACE == beam_encode.__name__ == "tfrecord_io.transforms.beam_encode"
+    assert beam_decode.NAMESPACE == beam_decode.__name__ == "tfrecord_io.transforms.beam_decode"
+    assert validate.NAMESPACE == validate.__name__
 
 
 def test_sequence_examples_in_beam(tmp_path):
@@ -197,6 +213,19 @@ def test_spec_errors_raise_at_construction():
         EncodeSequenceExample(None, {"t": Text()})
 
 
+@pytest.mark.parametrize("transform", [EncodeSequenceExample, DecodeSequenceExample])
+def test_sequence_specs_are_checked_alike_to_encode_and_to_decode(transform):
+    """What cannot encode cannot decode either: both refuse it when built."""
+    with pytest.raises(ValueError, match="in both context and sequence"):
+        transform({"t": Text()}, {"t": Steps("int")})
+    with pytest.raises(TypeError, match="sequence: 'x' maps to"):
+        transform(None, {"x": Int()})
+    with pytest.raises(TypeError, match="context: 'c' maps to"):
+        transform({"c": Steps("int")}, {"x": Steps("int")})
+    with pytest.raises(ValueError, match="two encoders write the key 'x'"):
+        transform({"c": Int(key="x")}, {"x": Steps("int")})
+
+
 @pytest.mark.parametrize("runner", sorted(RUNNERS))
 def test_round_trip_through_the_package_sink_and_split_read(tmp_path, runner):
     """EncodeExample -> tfrecord_io.WriteToTFRecord (sharded, indexed) -> then
@@ -209,7 +238,7 @@ def test_round_trip_through_the_package_sink_and_split_read(tmp_path, runner):
     prefix = str(tmp_path / "ds" / "train")
     with beam.Pipeline(options=PipelineOptions(RUNNERS[runner])) as p:
         enc = p | beam.Create(rows) | EncodeExample(SPEC)
-        enc.examples | WriteToTFRecord(prefix, num_shards=3)
+        enc.examples | WriteToTFRecord(prefix, file_name_suffix=".tfrecord", num_shards=3)
     shards = sorted(glob.glob(prefix + "*.tfrecord"))
     assert len(shards) == 3 and all(os.path.exists(s + ".index") for s in shards)
     out = str(tmp_path / "decoded")

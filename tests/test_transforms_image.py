@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from PIL import Image as PILImage
 
 from tfrecord_io.codec import parse_example
-from transforms import EncodeError, Image, decode_example, encode_features, encode_row
+from tfrecord_io.transforms import EncodeError, Image, decode_example, encode_features, encode_row
 
 from transforms_media import exif_jpeg, gradient, image_bytes, palette_png, pixels, png16, truncated_jpeg
 
@@ -289,7 +289,7 @@ def test_reencoded_features_describe_what_a_decoder_gets(fmt, mode):
     assert feats["image/format"] == fmt.encode()
     stored = PILImage.open(io.BytesIO(feats["image/encoded"]))
     stored.load()
-    from transforms.encoders.image import canonical_mode
+    from tfrecord_io.transforms.encoders.image import canonical_mode
 
     # the file's own (canonical) mode has the channels the features claim: nothing invented
     assert MODE_CHANNELS[canonical_mode(stored)] == int(feats["image/channels"][0]) == out.shape[2]
@@ -400,3 +400,88 @@ def test_kept_jpeg_is_proved_whole_by_its_scan_decode():
     broken[middle : middle + 40] = b"\xff" * 40
     err = reject(bytes(broken))
     assert err.stage == "decode" and "corrupt or truncated" in err.reason
+
+
+class _FullPathImage(Image):
+    """The encoder with its short road for plain JPEGs closed: what ``Image.open`` gives."""
+
+    def _kept_plain_jpeg(self, data, column):
+        return None
+
+
+def _plain_jpegs():
+    out = []
+    for height, width in [(1, 1), (3, 7), (16, 16), (9, 17), (100, 9), (48, 64)]:
+        for channels in (1, 3):
+            arr = pixels(height, width, channels, seed=height * width)
+            image = PILImage.fromarray(arr[..., 0] if channels == 1 else arr)
+            for params in (
+                {"quality": 90},
+                {"quality": 40, "progressive": True},
+                {"optimize": True},
+                {"subsampling": 0},
+                {"restart_marker_blocks": 1},
+                {"comment": b"a comment"},
+            ):
+                out.append(image_bytes(image, "JPEG", **params))
+    return out
+
+
+def _outcome(enc, data):
+    try:
+        return enc.encode(data, "image")
+    except EncodeError as err:
+        return (err.stage, err.reason)
+
+
+def test_plain_jpegs_take_the_short_road_to_the_same_features():
+    """Plain JPEGs kept as they are skip Pillow's header parse (the build's per-row cost
+    at tiny images) and come out exactly as ``Image.open`` + decode describes them;
+    JPEGs with EXIF, an ICC profile or 4 components go the full way."""
+    from tfrecord_io.transforms.encoders.image import _plain_jpeg_frame
+
+    quick, full = Image(), _FullPathImage()
+    for data in _plain_jpegs():
+        frame = _plain_jpeg_frame(data)
+        assert frame is not None
+        image = PILImage.open(io.BytesIO(data))
+        assert frame == (image.size[0], image.size[1], image.mode)
+        assert quick._kept_plain_jpeg(data, "image") is not None
+        assert _outcome(quick, data) == _outcome(full, data)
+    rgb = PILImage.fromarray(gradient(8, 8))
+    _, with_exif = exif_jpeg(1)
+    with_icc = image_bytes(rgb, "JPEG", icc_profile=b"\0" * 200)
+    cmyk = image_bytes(rgb.convert("CMYK"), "JPEG")
+    for data in (with_exif, with_icc, cmyk):
+        assert _plain_jpeg_frame(data) is None
+        assert _outcome(quick, data) == _outcome(full, data)
+
+
+def test_the_short_road_never_accepts_what_the_full_way_rejects():
+    """Truncated, cut and overwritten plain JPEGs (headers and scans): whatever the short
+    road accepts, the full way accepts with the same features; everything else is
+    rejected by the full way, with its reasons."""
+    import random
+
+    rng = random.Random(7)
+    quick, full = Image(), _FullPathImage()
+    taken = rejected = 0
+    for data in _plain_jpegs()[::3]:
+        for _ in range(120):
+            broken = bytearray(data)
+            kind = rng.random()
+            where = rng.randrange(len(broken)) if kind < 0.7 else rng.randrange(min(len(broken), 160))
+            if kind < 0.3:
+                broken = broken[: max(1, where)]
+            else:
+                broken[where : where + rng.choice((1, 4, 16))] = bytes(rng.randrange(256) for _ in range(4))
+            broken = bytes(broken)
+            short = quick._kept_plain_jpeg(broken, "image")
+            outcome = _outcome(full, broken)
+            if short is not None:
+                taken += 1
+                assert short == outcome
+            else:
+                rejected += isinstance(outcome, tuple)
+            assert _outcome(quick, broken) == outcome
+    assert taken > 100 and rejected > 100  # both roads were exercised

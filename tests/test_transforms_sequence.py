@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tfrecord_io.codec import parse_sequence_example
-from transforms import (
+from tfrecord_io.transforms import (
     AudioFrames,
     EncodeError,
     Int,

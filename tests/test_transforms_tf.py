@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tfrecord_io.reader import read_records
-from transforms import decode_example, encode_row, feature_specs, tf_parse_spec
+from tfrecord_io.transforms import decode_example, encode_row, feature_specs, tf_parse_spec
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.util.spec_from_file_location(
@@ -59,16 +59,10 @@ TF_SCRIPT = r"""
 import base64, json, sys
 import numpy as np
 import tensorflow as tf
+from tfrecord_io.transforms.spec import tf_features
 
 path, spec_json = sys.argv[1], sys.argv[2]
-entries = json.loads(spec_json)
-features = {}
-for key, e in entries.items():
-    dtype = getattr(tf, e["dtype"])
-    if e["type"] == "FixedLenFeature":
-        features[key] = tf.io.FixedLenFeature(e["shape"], dtype)
-    else:
-        features[key] = tf.io.VarLenFeature(dtype)
+features, _ = tf_features(json.loads(spec_json), tf)
 (record,) = list(tf.data.TFRecordDataset(path))
 parsed = tf.io.parse_single_example(record, features)
 out = {}
@@ -147,17 +141,10 @@ TF_SEQ_SCRIPT = r"""
 import json, sys
 import tensorflow as tf
 
+from tfrecord_io.transforms.spec import tf_features
+
 path, spec_json = sys.argv[1], sys.argv[2]
-context, sequence = {}, {}
-for key, e in json.loads(spec_json).items():
-    dtype = getattr(tf, e["dtype"])
-    if e["type"] == "FixedLenFeature":
-        obj = tf.io.FixedLenFeature(e["shape"], dtype)
-    elif e["type"] == "FixedLenSequenceFeature":
-        obj = tf.io.FixedLenSequenceFeature(e["shape"], dtype)
-    else:
-        obj = tf.io.VarLenFeature(dtype)
-    (sequence if e["sequence"] else context)[key] = obj
+context, sequence = tf_features(json.loads(spec_json), tf)
 (record,) = list(tf.data.TFRecordDataset(path))
 ctx, seq = tf.io.parse_single_sequence_example(record, context, sequence)
 out = {}
@@ -173,8 +160,8 @@ print(json.dumps(out))
 
 @pytest.mark.tensorflow
 def test_tensorflow_parses_our_sequence_examples(tmp_path):
+    from tfrecord_io.transforms import AudioFrames, Steps, Text, decode_sequence_example, encode_sequence_row
     from tfrecord_io.writer import RecordWriter
-    from transforms import AudioFrames, Steps, Text, decode_sequence_example, encode_sequence_row
 
     from transforms_media import audio_bytes, sine
 

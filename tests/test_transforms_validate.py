@@ -14,8 +14,8 @@ from apache_beam.testing.util import assert_that
 
 from tfrecord_io.beam_io import METRICS_NAMESPACE
 from tfrecord_io.codec import serialize_example
+from tfrecord_io.transforms import Int, Text, ValidateTFRecords, validate_files
 from tfrecord_io.writer import RecordWriter
-from transforms import Int, Text, ValidateTFRecords, validate_files
 
 RUNNERS = {
     "direct": ["--runner=DirectRunner"],

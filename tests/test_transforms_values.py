@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tfrecord_io.codec import parse_example
-from transforms import (
+from tfrecord_io.transforms import (
     Array,
     Bytes,
     EncodeError,
@@ -196,7 +196,15 @@ def test_spec_config_round_trip_and_info():
     import json
     import pickle
 
-    from transforms import Audio, AudioFrames, ExampleDecoder, Steps, spec_config, spec_from_config, spec_info
+    from tfrecord_io.transforms import (
+        Audio,
+        AudioFrames,
+        ExampleDecoder,
+        Steps,
+        spec_config,
+        spec_from_config,
+        spec_info,
+    )
 
     spec = {
         "image": Image(mode="RGB", reencode="jpeg", quality=80, resize=(32, 16)),
@@ -258,13 +266,13 @@ def test_plain_functions_do_not_import_beam():
 
     code = (
         "import sys, numpy as np\n"
-        "from transforms import Array, Int, Text, encode_row, decode_example, check_record, feature_specs, "
+        "from tfrecord_io.transforms import Array, Int, Text, encode_row, decode_example, check_record, feature_specs, "
         "validate_files\n"
         "spec = {'a': Array(shape=(2,)), 'n': Int(), 't': Text()}\n"
         "rec = encode_row({'a': [1, 2], 'n': 3, 't': 'x'}, spec)\n"
         "assert decode_example(rec, spec)['n'] == 3 and check_record(rec, feature_specs(spec)) == []\n"
         "assert 'apache_beam' not in sys.modules, 'Beam was imported'\n"
-        "import transforms; transforms.EncodeExample\n"
+        "import tfrecord_io.transforms; tfrecord_io.transforms.EncodeExample\n"
         "assert 'apache_beam' in sys.modules\n"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

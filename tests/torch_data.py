@@ -3,6 +3,7 @@ so a test can tell exactly which records a reader produced."""
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Iterable, List, Optional, Tuple
 
@@ -35,6 +36,18 @@ def write_examples(
         create_index(path, path + ".index")
         return path + ".index"
     return None
+
+
+def write_indexed_parts(directory: str, sizes: Iterable[int], prefix: str) -> List[str]:
+    """Indexed files ``<prefix>-<k>.tfrecord`` of ``sizes[k]`` Examples each, ids numbered
+    on across the files (0, 1, ... in file order); their paths."""
+    paths, first = [], 0
+    for k, n in enumerate(sizes):
+        path = os.path.join(directory, f"{prefix}-{k}.tfrecord")
+        write_examples(path, range(first, first + n), index=True, seed=k)
+        paths.append(path)
+        first += n
+    return paths
 
 
 def write_sequences(path: str, ids: Iterable[int]) -> None:
@@ -104,8 +117,8 @@ def build_tiny_dataset(directory: str, rows: int = 150) -> str:
     import numpy as np
     from PIL import Image
 
-    from pipelines.build import run_build
-    from pipelines.config import load_config
+    from tfrecord_io.pipelines.build.config import load_config
+    from tfrecord_io.pipelines.build.job import run_build
 
     from tests.pipeline_support import options
 

@@ -2,17 +2,17 @@
 
 The format core (framing, codec, index, reader, writer) imports neither Beam nor
 torch. Beam transforms (``ReadFromTFRecord``, ``ReadAllFromTFRecord``,
-``WriteToTFRecord``, ``ReadDataset``) are loaded on first use; the PyTorch datasets live
-in ``tfrecord_io.torch``. ``select_dataset``/``iter_dataset`` open a built dataset by
+``WriteToTFRecord``, ``ReadDataset``, and ``BuildDataset``, which builds a versioned
+dataset from a PCollection of rows) are loaded on first use; the PyTorch datasets live
+in ``tfrecord_io.torch``. ``to_arrow``/``to_arrow_batches`` give Examples as Arrow
+(``tfrecord_io.arrow``). ``select_dataset``/``iter_dataset`` open a built dataset by
 its root and a TFDS-style split selection (``"train[:90%]"``).
 """
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
-
 from . import iterator_utils
+from ._lazy import lazy_getattr
 from ._version import __version__  # noqa: F401 - the package version
 from .codec import (
     build_example,
@@ -32,6 +32,7 @@ from .errors import (
     RecordTooLargeError,
     TFRecordError,
     TruncatedRecordError,
+    UnknownFeatureError,
 )
 from .framing import CorruptRegion, encode_frame
 from .index import RecordIndex, build_index, create_index, find_index, load_index
@@ -51,17 +52,18 @@ _LAZY = {
     "ReadAllFromTFRecord": "tfrecord_io.beam_io",
     "WriteToTFRecord": "tfrecord_io.beam_io",
     "ReadDataset": "tfrecord_io.beam_dataset",
+    # pyarrow loads on first use too (it is a large import).
+    "to_arrow": "tfrecord_io.arrow",
+    "to_arrow_batches": "tfrecord_io.arrow",
+    "BuildDataset": "tfrecord_io.pipelines.build.transform",
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tfrecord_io' has no attribute {name!r}")
-    return getattr(import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
+    "BuildDataset",
     "CorruptRecordError",
     "CorruptRegion",
     "DatasetSelection",
@@ -72,6 +74,7 @@ __all__ = [
     "TFRecordError",
     "TFRecordWriter",
     "RecordTooLargeError",
+    "UnknownFeatureError",
     "TruncatedRecordError",
     "build_example",
     "build_index",

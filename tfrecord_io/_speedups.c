@@ -16,7 +16,7 @@
  *   encode_frames(payloads) -> bytes   frames of many payloads in one buffer
  *   encode_example(datum, type_map) -> bytes | None
  *                                      deterministic Example bytes from a dict
- *   parse_examples(records, keys, kinds[, spans]) -> list | None
+ *   parse_examples(records, keys, kinds[, mode]) -> list | None
  *                                      wire-format Example parser into columns
  */
 
@@ -616,12 +616,19 @@ done:
 typedef struct {
     uint8_t *data;
     size_t len, cap;
+    PyObject *ba; /* if set, the bytearray that holds data: handed over as the result, not copied */
 } Buf;
 
 static int buf_reserve(Buf *b, size_t extra) {
     if (b->len + extra <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + extra) cap *= 2;
+    if (b->ba) {
+        if (PyByteArray_Resize(b->ba, (Py_ssize_t)cap) < 0) return -1;
+        b->data = (uint8_t *)PyByteArray_AS_STRING(b->ba);
+        b->cap = cap;
+        return 0;
+    }
     uint8_t *d = PyMem_Realloc(b->data, cap);
     if (!d) {
         PyErr_NoMemory();
@@ -987,8 +994,15 @@ typedef struct {
     size_t feat_len;
     int found;
     int spans;          /* bytes kind, spans mode: (offset, length) int64 pairs in values */
+    int flat;           /* bytes kind, flat mode: the strings' bytes in values, their sizes in sizes */
+    Buf sizes;          /* flat mode: int64 size per string */
     const uint8_t *base; /* start of the record being parsed (spans mode) */
 } Column;
+
+/* Modes of parse_examples (its 4th argument). */
+/* MODE_FLAT_STRICT: flat, and a record with a key outside the columns is odd (None: upb
+ * names the key and the record), for columns inferred from earlier records. */
+enum { MODE_LISTS = 0, MODE_SPANS = 1, MODE_FLAT = 2, MODE_FLAT_STRICT = 3 };
 
 /* Appends n bytes to b; -1 with MemoryError set if it cannot grow. */
 static inline int buf_append(Buf *b, const void *src, size_t n) {
@@ -1014,6 +1028,9 @@ static inline Py_ssize_t walk_bytes_value(const uint8_t **pp, const uint8_t *end
     } else if (col && col->spans) {
         int64_t span[2] = {(int64_t)(body - col->base), (int64_t)blen};
         if (buf_append(&col->values, span, 16) < 0) return -2;
+    } else if (col && col->flat) {
+        int64_t size = (int64_t)blen;
+        if (buf_append(&col->values, body, blen) < 0 || buf_append(&col->sizes, &size, 8) < 0) return -2;
     }
     return 1;
 }
@@ -1116,8 +1133,9 @@ static int has_high_bit(const uint8_t *p, size_t n) {
     return 0;
 }
 
-/* Finds the wanted features of one Example. 1 = ok, 0 = odd (use upb), -2 = error. */
-static int index_example(const uint8_t *p, size_t len, Column *cols, Py_ssize_t ncols) {
+/* Finds the wanted features of one Example. 1 = ok, 0 = odd (use upb), -2 = error.
+ * strict: a key that is not a column is odd too. */
+static int index_example(const uint8_t *p, size_t len, Column *cols, Py_ssize_t ncols, int strict) {
     const uint8_t *end = p + len;
     for (Py_ssize_t j = 0; j < ncols; j++) cols[j].found = 0;
     while (p < end) {
@@ -1168,6 +1186,7 @@ static int index_example(const uint8_t *p, size_t len, Column *cols, Py_ssize_t 
                 cols[j].feat_len = feat_len;
             } else {
                 Py_ssize_t c;
+                if (strict) return 0; /* a key the columns lack: upb names it */
                 if (has_high_bit(key, klen)) return 0; /* upb checks UTF-8: let it */
                 int k = walk_feature(feat, feat_len, NULL, NULL, &c);
                 if (k == -2) return -2;
@@ -1180,8 +1199,10 @@ static int index_example(const uint8_t *p, size_t len, Column *cols, Py_ssize_t 
 
 static void free_columns(Column *cols, Py_ssize_t n) {
     for (Py_ssize_t j = 0; j < n; j++) {
-        PyMem_Free(cols[j].values.data);
+        if (cols[j].values.ba) Py_DECREF(cols[j].values.ba);
+        else PyMem_Free(cols[j].values.data);
         PyMem_Free(cols[j].lengths.data);
+        PyMem_Free(cols[j].sizes.data);
         Py_XDECREF(cols[j].column);
     }
     PyMem_Free(cols);
@@ -1189,7 +1210,7 @@ static void free_columns(Column *cols, Py_ssize_t n) {
 
 /* Sets up one Column per wanted key: its key bytes, kind, and the output it fills.
  * 0 = ok, -1 = error set (bad keys or kinds, no memory). */
-static int init_columns(Column *cols, PyObject *keys, PyObject *kinds, Py_ssize_t ncols, int spans, Py_ssize_t nrec) {
+static int init_columns(Column *cols, PyObject *keys, PyObject *kinds, Py_ssize_t ncols, int mode, Py_ssize_t nrec) {
     for (Py_ssize_t j = 0; j < ncols; j++) {
         cols[j].keybytes = PySequence_Fast_GET_ITEM(keys, j);
         cols[j].kind = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(kinds, j));
@@ -1198,8 +1219,12 @@ static int init_columns(Column *cols, PyObject *keys, PyObject *kinds, Py_ssize_
             PyErr_SetString(PyExc_ValueError, "parse_examples: keys must be bytes and kinds 1, 2 or 3");
             return -1;
         }
-        cols[j].spans = spans && cols[j].kind == KIND_BYTES;
-        if (cols[j].kind == KIND_BYTES && !cols[j].spans) {
+        cols[j].spans = mode == MODE_SPANS && cols[j].kind == KIND_BYTES;
+        cols[j].flat = mode == MODE_FLAT && cols[j].kind == KIND_BYTES;
+        /* flat mode: values grow in a bytearray that becomes the result (large images or
+         * float arrays are copied once, from the records, and not again at the end) */
+        if (mode == MODE_FLAT && !(cols[j].values.ba = PyByteArray_FromStringAndSize(NULL, 0))) return -1;
+        if (cols[j].kind == KIND_BYTES && !cols[j].spans && !cols[j].flat) {
             if (!(cols[j].column = PyList_New(0))) return -1;
         } else if (buf_reserve(&cols[j].lengths, 8 * (size_t)(nrec ? nrec : 1)) < 0) return -1;
     }
@@ -1211,13 +1236,14 @@ static int init_columns(Column *cols, PyObject *keys, PyObject *kinds, Py_ssize_
 static int emit_column(Column *c, const uint8_t *base) {
     PyObject *strings = NULL;
     c->base = base;
-    if (c->kind == KIND_BYTES && !c->spans && !(strings = PyList_New(0))) return -2;
+    int as_list = c->kind == KIND_BYTES && !c->spans && !c->flat;
+    if (as_list && !(strings = PyList_New(0))) return -2;
     Py_ssize_t count;
     int ok = 1;
     int k = walk_feature(c->feat, c->feat_len, c, strings, &count);
     if (k == -2) ok = -2;
     else if (k < 0 || (k != KIND_NONE && k != c->kind)) ok = 0;
-    else if (c->kind == KIND_BYTES && !c->spans) {
+    else if (as_list) {
         if (PyList_Append(c->column, strings) < 0) ok = -2;
     } else {
         int64_t n64 = (int64_t)count;
@@ -1229,13 +1255,18 @@ static int emit_column(Column *c, const uint8_t *base) {
 }
 
 /* Parses one record into the columns. 1 = ok, 0 = odd (a key missing, ...: use upb),
- * -2 = error set. */
-static int parse_record(PyObject *record, Column *cols, Py_ssize_t ncols) {
+ * -2 = error set. With missing_ok (flat mode), a missing key is a count of -1. */
+static int parse_record(PyObject *record, Column *cols, Py_ssize_t ncols, int missing_ok, int strict) {
     Py_buffer view;
     if (PyObject_GetBuffer(record, &view, PyBUF_SIMPLE) < 0) return -2;
-    int ok = index_example((const uint8_t *)view.buf, (size_t)view.len, cols, ncols);
+    int ok = index_example((const uint8_t *)view.buf, (size_t)view.len, cols, ncols, strict);
     for (Py_ssize_t j = 0; ok == 1 && j < ncols; j++) {
-        ok = cols[j].found ? emit_column(&cols[j], (const uint8_t *)view.buf) : 0;
+        if (cols[j].found) ok = emit_column(&cols[j], (const uint8_t *)view.buf);
+        else if (missing_ok) {
+            int64_t missing = -1;
+            memcpy(cols[j].lengths.data + cols[j].lengths.len, &missing, 8); /* reserved per record */
+            cols[j].lengths.len += 8;
+        } else ok = 0;
     }
     PyBuffer_Release(&view);
     return ok;
@@ -1249,15 +1280,23 @@ static PyObject *columns_result(Column *cols, Py_ssize_t ncols) {
     for (Py_ssize_t j = 0; j < ncols; j++) {
         Column *c = &cols[j];
         PyObject *item;
-        if (c->kind == KIND_BYTES && !c->spans) {
+        if (c->kind == KIND_BYTES && !c->spans && !c->flat) {
             item = c->column;
             c->column = NULL;
         } else {
-            PyObject *v = PyByteArray_FromStringAndSize((const char *)c->values.data, (Py_ssize_t)c->values.len);
+            PyObject *v;
+            if (c->values.ba) { /* handed over at its length (a shrink: no copy) */
+                v = PyByteArray_Resize(c->values.ba, (Py_ssize_t)c->values.len) < 0 ? NULL : c->values.ba;
+                Py_XINCREF(v);
+            } else v = PyByteArray_FromStringAndSize((const char *)c->values.data, (Py_ssize_t)c->values.len);
             PyObject *l = v ? PyByteArray_FromStringAndSize((const char *)c->lengths.data, (Py_ssize_t)c->lengths.len) : NULL;
-            item = l ? PyTuple_Pack(2, v, l) : NULL;
+            PyObject *z = NULL;
+            if (l && c->flat) z = PyByteArray_FromStringAndSize((const char *)c->sizes.data, (Py_ssize_t)c->sizes.len);
+            if (c->flat) item = z ? PyTuple_Pack(3, v, l, z) : NULL;
+            else item = l ? PyTuple_Pack(2, v, l) : NULL;
             Py_XDECREF(v);
             Py_XDECREF(l);
+            Py_XDECREF(z);
         }
         if (!item) {
             Py_DECREF(result);
@@ -1268,7 +1307,7 @@ static PyObject *columns_result(Column *cols, Py_ssize_t ncols) {
     return result;
 }
 
-/* parse_examples(records, keys, kinds[, spans]) -> list | None
+/* parse_examples(records, keys, kinds[, mode]) -> list | None
  * records: sequence of bytes-like serialized Examples; keys: sequence of bytes (UTF-8
  * feature names); kinds: sequence of KIND_* (1 bytes, 2 float, 3 int64).
  * Returns, per key: for numbers (values, lengths) as bytearrays of little-endian
@@ -1276,16 +1315,28 @@ static PyObject *columns_result(Column *cols, Py_ssize_t ncols) {
  * the list of its byte strings, or with spans true (values, lengths) where values holds
  * an int64 (offset, length) pair per string, its place in its record: no copy of the
  * strings, for callers that slice the records themselves (large images, audio).
+ * Mode 2 (flat, for Arrow columns): bytes as (values, counts, sizes): the strings'
+ * bytes end to end, the count per record and the int64 size of each string; in this
+ * mode a key a record lacks is a count of -1 (every kind) instead of a reason for None.
+ * Mode 3 (flat, strict): as mode 2, and a record with a key outside `keys` gives None.
  * None when any record has something this parser leaves to upb: a missing key, a type
  * other than the described one, unknown fields, ...
  * Steps: set up the columns, parse every record into them, hand them over. */
 static PyObject *py_parse_examples(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3 && nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "parse_examples(records, keys, kinds[, spans])");
+        PyErr_SetString(PyExc_TypeError, "parse_examples(records, keys, kinds[, mode])");
         return NULL;
     }
-    int spans = 0;
-    if (nargs == 4 && (spans = PyObject_IsTrue(args[3])) < 0) return NULL;
+    long mode = MODE_LISTS;
+    if (nargs == 4) {
+        mode = PyLong_AsLong(args[3]); /* True / False are 1 / 0 */
+        if (mode == -1 && PyErr_Occurred()) return NULL;
+        if (mode < MODE_LISTS || mode > MODE_FLAT_STRICT) {
+            PyErr_SetString(PyExc_ValueError,
+                            "parse_examples: mode must be 0 (lists), 1 (spans), 2 (flat) or 3 (flat, strict)");
+            return NULL;
+        }
+    }
 #ifdef TFRIO_BIG_ENDIAN
     Py_RETURN_NONE;
 #endif
@@ -1308,9 +1359,9 @@ static PyObject *py_parse_examples(PyObject *self, PyObject *const *args, Py_ssi
         goto done;
     }
     Py_ssize_t nrec = PySequence_Fast_GET_SIZE(recs);
-    if (init_columns(cols, keys, kinds, ncols, spans, nrec) < 0) goto done;
+    if (init_columns(cols, keys, kinds, ncols, mode >= MODE_FLAT ? MODE_FLAT : (int)mode, nrec) < 0) goto done;
     for (Py_ssize_t i = 0; i < nrec; i++) {
-        int ok = parse_record(PySequence_Fast_GET_ITEM(recs, i), cols, ncols);
+        int ok = parse_record(PySequence_Fast_GET_ITEM(recs, i), cols, ncols, mode >= MODE_FLAT, mode == MODE_FLAT_STRICT);
         if (ok == -2) goto done;
         if (ok == 0) {
             result = Py_None;
@@ -1339,7 +1390,7 @@ static PyMethodDef methods[] = {
     {"encode_example", (PyCFunction)(void (*)(void))py_encode_example, METH_FASTCALL,
      "encode_example(datum, type_map) -> deterministic Example bytes, or None to use upb."},
     {"parse_examples", (PyCFunction)(void (*)(void))py_parse_examples, METH_FASTCALL,
-     "parse_examples(records, keys, kinds[, spans]) -> columns, or None to use upb."},
+     "parse_examples(records, keys, kinds[, mode]) -> columns, or None to use upb."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,7 +1,7 @@
 """``ReadDataset``: a split selection of a built dataset as a Beam PCollection.
 
 The selection is resolved when the pipeline is built (``dataset_reader.select_dataset``:
-``LATEST``, ``dataset_info.json``, TFDS-style slices); its records are then cut into
+``LATEST``, ``tfrecord_io_info.json``, TFDS-style slices); its records are then cut into
 parts by record count (``sharding.plan_shard``: byte ranges where a dataset has no
 indexes, whole files where compressed), the parts are spread over the workers by a
 ``Reshuffle``, and each worker reads its parts, streaming remote shards. Every record of
@@ -29,6 +29,12 @@ class _ReadParts(beam.DoFn):
         self._check_crc = check_crc
 
     def process(self, pieces: List[Piece]) -> Iterator[Any]:
+        if self._output == "arrow":  # RecordBatches of the dataset's schema (tfrecord_io.arrow)
+            from .arrow import DEFAULT_BATCH_SIZE, DEFAULT_MAX_BATCH_BYTES, _record_batches, records_to_batch
+
+            for datas, places in _record_batches(pieces, DEFAULT_BATCH_SIZE, DEFAULT_MAX_BATCH_BYTES, self._check_crc):
+                yield records_to_batch(datas, self._description, places)
+            return
         records = located_records(pieces, self._check_crc)
         if self._output == "bytes":
             for _, _, data in records:
@@ -40,8 +46,9 @@ class _ReadParts(beam.DoFn):
 class ReadDataset(beam.PTransform):
     """``p | ReadDataset(root, split="train[:90%]", version=None)``: the records of a
     split selection of the dataset at ``root`` (local or any Beam filesystem), as dicts
-    of NumPy arrays (``output="example"``, the ``features`` of ``dataset_info.json``, by
-    default every required non-sequence one) or serialised bytes (``output="bytes"``).
+    of NumPy arrays (``output="example"``, the ``features`` of the version's metadata, by
+    default every required non-sequence one), serialised bytes (``output="bytes"``) or
+    ``pyarrow.RecordBatch``es of those features (``output="arrow"``, see ``tfrecord_io.arrow``).
     ``num_parts``: how many independent reads (default: about one per
     ``RECORDS_PER_PART`` records, at least one per shard). The resolved selection is
     ``.selection`` (its ``count`` is the exact number of records the PCollection holds).
@@ -60,8 +67,8 @@ class ReadDataset(beam.PTransform):
         check_crc: bool = True,
     ) -> None:
         super().__init__()
-        if output not in ("example", "bytes"):
-            raise ValueError(f"output={output!r}: use 'example' or 'bytes'")
+        if output not in ("example", "bytes", "arrow"):
+            raise ValueError(f"output={output!r}: use 'example', 'bytes' or 'arrow'")
         self.selection: DatasetSelection = select_dataset(root, split, version, features=features, rounding=rounding)
         files = self.selection.files
         parts = num_parts or max(len(files), -(-self.selection.count // RECORDS_PER_PART), 1)
@@ -69,13 +76,23 @@ class ReadDataset(beam.PTransform):
         self._output = output
         self._check_crc = check_crc
 
+    def _description(self) -> Any:
+        """What the parts parse by: the selection's description, or for ``output="arrow"``
+        the Arrow schema of its features (shapes give scalar and fixed-size columns)."""
+        if self._output != "arrow":
+            return self.selection.description
+        from .arrow import schema_from_features
+
+        features = self.selection.info.get("features") or {}
+        return schema_from_features({k: features[k] for k in self.selection.description})
+
     def expand(self, pbegin: Any) -> Any:
         return (
             pbegin
             | "Parts" >> beam.Create(self._parts).with_output_types(Any)
             | "Spread" >> beam.Reshuffle().with_output_types(Any)
             | "Read"
-            >> beam.ParDo(_ReadParts(self.selection.description, self._output, self._check_crc)).with_output_types(Any)
+            >> beam.ParDo(_ReadParts(self._description(), self._output, self._check_crc)).with_output_types(Any)
         )
 
 

@@ -14,13 +14,46 @@ different shard count) are deleted after the new shards are in place.
 Frames come from :class:`tfrecord_io.writer.RecordWriter` (byte-identical to
 TensorFlow's), which also writes each shard's index from the offsets it wrote.
 
-Determinism: with ``num_shards=N`` a record goes to shard ``crc32c(record) % N``, a
-stable key (not round-robin by arrival, as Beam's sink does), and records of a shard
-are written in the order the runner delivers them; so the same input in the same
-order gives the same bytes. With ``num_shards=0`` each bundle writes its own file(s)
-(rolling over at ``max_records_per_shard``/``max_bytes_per_shard``): the runner
-decides the count; files are numbered by a content key (first record's CRC, counts),
-so the same bundles give the same names.
+Placement with ``num_shards=N``: records are dealt round-robin over the shards, and
+each instance of the dealing step (one per worker thread; the runner reuses it for
+bundle after bundle) goes on where its previous bundle stopped, from a shard drawn at
+random (``os.urandom``) when the instance is set up. So the shards are even whatever
+the records hold, identical records included, and however small the bundles are: one
+instance's records differ by at most one between shards, and instances start at
+independent random shards, so the differences between instances do not pile up on the
+same shards. (A hash of each record's bytes sent every copy of a record to one shard; a
+start taken from the first record of each bundle, as before, put each bundle's surplus
+on the same low shards when bundles held the same records.) Which record lands in which
+shard is not deterministic: it depends on bundling and on the random start, as with
+Beam's own sink (``iobase._RoundRobinKeyFn`` starts each bundle at a random shard). Jobs
+that need placement by where each record came from place it themselves
+(:class:`WriteShardBatchesToTFRecord`; ``tfrecord-io reshard`` hashes the source file
+and offset). With ``num_shards=0`` each bundle writes its own file(s) (rolling over at
+``max_records_per_shard``/``max_bytes_per_shard``): the runner decides the count; files
+are numbered by a content key (first record's CRC, counts), so the same bundles give
+the same names and bytes.
+
+Names and compression are Beam's (``apache_beam.io.WriteToTFRecord``): shard ``i`` of
+``n`` is ``file_path_prefix + template(i, n) + file_name_suffix`` (default suffix ``""``,
+template ``-SSSSS-of-NNNNN``), with the template read as Beam reads it (every occurrence
+of the first run of ``S`` is the shard number, then of the first run of ``N`` the count:
+:func:`_template_tokens`); ``shard_name_template=""`` writes exactly
+``file_path_prefix + file_name_suffix``; ``compression_type=AUTO`` takes the compression
+from the end of ``file_path_prefix + file_name_suffix`` as Beam's
+``CompressionTypes.detect_compression_type`` does (``.gz``: GZIP, ``.deflate``: ZLIB,
+which is Beam's DEFLATE; else plain). Empty shards are valid empty GZIP/ZLIB streams, as
+Beam's. Where ours differs, on purpose (each tested in ``tests/test_beam_write.py``):
+an index ``<shard>.index`` is written beside each uncompressed shard
+(``write_index=False``: none), so with the default suffix ``""`` a glob ``prefix*``
+matches the indexes too (our readers skip them; Beam's and ``tf.data``'s read them as
+records: give a ``file_name_suffix`` and glob ``prefix*<suffix>``); under AUTO, the
+suffixes of compressions TFRecord readers do not know (``.bz2``, ``.zst``, ``.xz``,
+``.lzma``), which Beam would honour, are refused rather than written, and so are
+``.gzip``, ``.zz`` and ``.zlib``, which Beam writes plain but our readers read as
+compressed (an explicit ``compression_type`` writes them); ``num_shards > 1`` with
+``shard_name_template=""`` is an error (Beam silently writes one file); a ``%`` in the
+template is kept as it is (Beam's %-formatting fails on it after the write). A template
+without a run of ``S`` is an error, as in Beam.
 """
 
 from __future__ import annotations
@@ -28,9 +61,10 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import apache_beam as beam
+import numpy as np
 from apache_beam import coders
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -39,8 +73,10 @@ from apache_beam.pvalue import AsList
 from apache_beam.transforms import window
 
 from . import files
+from .beam_arrow import expand_record_batches
 from .beam_source import METRICS_NAMESPACE  # one namespace for the package's Beam metrics
 from .crc import crc32c
+from .frame_copy import copy_frames
 from .framing import FRAME_OVERHEAD
 from .index import INDEX_SUFFIX as INDEX_SUFFIX  # was defined here; still importable from here
 from .index import index_path_for
@@ -54,35 +90,58 @@ _FLUSH_BYTES = 16 << 20
 # ---------------------------------------------------------------------- names
 
 
-def _template_parts(template: str) -> Tuple[str, int, int]:
-    """Validate a shard template; returns (template, width of S run, width of N run)."""
-    s_runs = re.findall(r"S+", template)
-    n_runs = re.findall(r"N+", template)
-    if len(s_runs) > 1 or len(n_runs) > 1:
-        raise ValueError(f"shard_name_template {template!r}: at most one run of S and one of N")
-    if template and not s_runs:
+#: A parsed shard template: literal text, or ``("S", width)`` / ``("N", width)`` for the
+#: shard number / shard count, zero-padded to ``width`` digits.
+_Token = Union[str, Tuple[str, int]]
+
+
+def _split_on(tokens: List[_Token], run: str, kind: str) -> List[_Token]:
+    """Every occurrence of ``run`` in the literal tokens becomes ``(kind, len(run))``
+    (left to right, not overlapping: what ``str.replace`` does)."""
+    out: List[_Token] = []
+    for token in tokens:
+        if not isinstance(token, str):
+            out.append(token)
+            continue
+        for i, piece in enumerate(token.split(run)):
+            if i:
+                out.append((kind, len(run)))
+            if piece:
+                out.append(piece)
+    return out
+
+
+def _template_tokens(template: str) -> List[_Token]:
+    """A shard template read as Beam's ``FileBasedSink._template_to_format`` reads it:
+    every occurrence of the *first* run of ``S`` is the shard number, padded to that
+    run's width, then every occurrence of the first run of ``N`` is the shard count. So
+    ``-SSSSS-of-NNNNN-NNNNN`` fills both runs of N, and in ``-SS-SSS`` the second run reads
+    as ``SS`` (filled) and a literal ``S``: the names Beam's sink gives. A template without
+    a run of ``S`` is an error, as in Beam; ``""`` names one file."""
+    if not template:
+        return []
+    s_run = re.search("S+", template)
+    if s_run is None:
         raise ValueError(f"shard_name_template {template!r} needs a run of S for the shard number")
-    return template, len(s_runs[0]) if s_runs else 0, len(n_runs[0]) if n_runs else 0
+    tokens = _split_on([template], s_run.group(0), "S")
+    n_run = re.search("N+", template)  # runs of S and of N never overlap
+    return _split_on(tokens, n_run.group(0), "N") if n_run else tokens
 
 
 def shard_name(prefix: str, suffix: str, template: str, shard: int, num_shards: int) -> str:
     """The final path of shard ``shard`` of ``num_shards``."""
-    _, s_width, n_width = _template_parts(template)
-    name = template
-    if s_width:
-        name = re.sub(r"S+", f"{shard:0{s_width}d}", name, count=1)
-    if n_width:
-        name = re.sub(r"N+", f"{num_shards:0{n_width}d}", name, count=1)
-    return f"{prefix}{name}{suffix}"
+    parts = []
+    for token in _template_tokens(template):
+        if isinstance(token, str):
+            parts.append(token)
+        else:
+            kind, width = token
+            parts.append(f"{shard if kind == 'S' else num_shards:0{width}d}")
+    return prefix + "".join(parts) + suffix
 
 
 def _shard_regex(prefix: str, suffix: str, template: str) -> re.Pattern[str]:
-    parts = []
-    for piece in re.split(r"(S+|N+)", template):
-        if piece and piece[0] in "SN" and set(piece) == {piece[0]}:
-            parts.append(rf"\d{{{len(piece)},}}")
-        else:
-            parts.append(re.escape(piece))
+    parts = [re.escape(t) if isinstance(t, str) else rf"\d{{{t[1]},}}" for t in _template_tokens(template)]
     return re.compile(re.escape(prefix) + "".join(parts) + re.escape(suffix) + r"\Z")
 
 
@@ -91,6 +150,42 @@ def _existing_shards(prefix: str, suffix: str, template: str) -> List[str]:
     pattern = _shard_regex(prefix, suffix, template)
     found = FileSystems.match([prefix + "*" + suffix])[0].metadata_list
     return sorted(m.path for m in found if pattern.match(m.path))
+
+
+# Suffixes Beam's AUTO compression honours that no TFRecord reader (TensorFlow's,
+# ours, the ``tfrecord`` package's) can read back: refused, not written plain.
+_FOREIGN_COMPRESSION_SUFFIXES = (".bz2", ".zst", ".zstd", ".xz", ".lzma")
+# Suffixes tfrecord-io's readers take as compressed by the name (``files.normalize_compression``)
+# that Beam's AUTO (``CompressionTypes.detect_compression_type``) does not: Beam's sink
+# writes them uncompressed, which our readers would then misread, and writing them
+# compressed would not be what Beam's sink writes. Refused under AUTO; an explicit
+# compression_type decides.
+_AMBIGUOUS_COMPRESSION_SUFFIXES = {".gzip": "GZIP", ".zz": "ZLIB (Beam's DEFLATE)", ".zlib": "ZLIB (Beam's DEFLATE)"}
+
+
+def sink_compression(compression_type: Any, path: str) -> str:
+    """The compression of the files ``WriteToTFRecord`` writes: ``""``, ``"gzip"`` or
+    ``"zlib"``. ``AUTO`` looks at the end of ``path`` (prefix + suffix) as Beam does:
+    ``.gz`` GZIP, ``.deflate`` ZLIB (Beam's DEFLATE: a zlib stream), anything else plain.
+    Refused under AUTO, with an error that says what to do: Beam's other compressions
+    (no TFRecord reader reads them), and ``.gzip``/``.zz``/``.zlib``, plain for Beam but
+    compressed for tfrecord-io's readers."""
+    value = getattr(compression_type, "value", compression_type)
+    if value is None or str(value).lower() == "auto":
+        lowered = path.lower()
+        if lowered.endswith(_FOREIGN_COMPRESSION_SUFFIXES):
+            raise ValueError(
+                f"{path}: compression_type AUTO would pick {lowered.rsplit('.', 1)[-1]} from the name, which TFRecord "
+                "readers cannot read; use .gz (GZIP) or .deflate (ZLIB), or set compression_type"
+            )
+        for suffix, kind in _AMBIGUOUS_COMPRESSION_SUFFIXES.items():
+            if lowered.endswith(suffix):
+                raise ValueError(
+                    f"{path}: with compression_type AUTO, Beam's sink writes a name ending in {suffix} uncompressed, "
+                    f"but tfrecord-io's readers read it as {kind}; set compression_type ({kind} or UNCOMPRESSED), "
+                    "or end the name in .gz (GZIP) or .deflate (ZLIB)"
+                )
+    return files.normalize_compression(compression_type, path)
 
 
 # ---------------------------------------------------------------------- writing
@@ -139,10 +234,16 @@ class _WriteSpec:
 
 
 class _BucketRecords(beam.DoFn):
-    """Encode records and group them per shard within a bundle: ``(shard, [records])``.
+    """Encode records and deal them round-robin over the shards: ``(shard, [records])``
+    lists.
 
-    Handing on lists rather than single records makes the shuffle carry a few large
-    elements instead of one per record.
+    The deal goes on across the bundles one instance processes, from a random shard
+    drawn in ``setup`` (see the module docstring): a start per bundle taken from its
+    first record put every bundle's surplus on the same shards when the bundles held the
+    same records, and runners such as Flink (1,000 records a bundle by default) make many
+    bundles. ``os.urandom``, not ``random``: local workers forked from one launcher share
+    ``random``'s state and would all draw the same start. Handing on lists rather than
+    single records makes the shuffle carry a few large elements instead of one per record.
     """
 
     def __init__(self, num_shards: int, coder: coders.Coder):
@@ -152,6 +253,7 @@ class _BucketRecords(beam.DoFn):
     def setup(self):
         self._encode = _encoder(self._coder)
         self._passthrough = isinstance(self._coder, coders.BytesCoder)
+        self._next = int.from_bytes(os.urandom(8), "little") % self._n  # the shard of the next record
 
     def start_bundle(self):
         self._buffers: List[List[bytes]] = [[] for _ in range(self._n)]
@@ -159,7 +261,8 @@ class _BucketRecords(beam.DoFn):
 
     def process(self, element) -> Iterator[Tuple[int, List[bytes]]]:
         data = element if self._passthrough and type(element) is bytes else bytes(self._encode(element))
-        shard = crc32c(data) % self._n
+        shard = self._next
+        self._next = (shard + 1) % self._n
         buf = self._buffers[shard]
         buf.append(data)
         self._sizes[shard] += len(data)
@@ -188,7 +291,10 @@ class _WriteShard(beam.DoFn):
         writer, path, index_path = self._spec.open(f"shard-{shard:05d}-{uuid.uuid4().hex}.tfrecord")
         try:
             for batch in batches:
-                writer.write_records(batch)
+                if isinstance(batch, tuple):  # (frames, int64 sizes): framed where the records were
+                    writer.write_frames(batch[0], np.frombuffer(batch[1], dtype=np.int64))
+                else:
+                    writer.write_records(batch)
             writer.close()
         except BaseException:
             writer.abort()
@@ -276,6 +382,13 @@ class _WriteBundles(beam.DoFn):
 
 
 def _rename(src: str, dst: str) -> None:
+    """Move a temporary file to its final name. A runner may run the finalize again after
+    it failed part-way (Spark retries a task); the temporary files live in this write's
+    own folder and only this rename removes them, so a missing ``src`` whose ``dst``
+    exists was moved by the earlier attempt: done, and ``dst`` is kept (deleting it first
+    and then failing on the missing ``src`` would lose a finished shard)."""
+    if not FileSystems.exists(src) and FileSystems.exists(dst):
+        return
     if not files.is_remote(dst):
         os.replace(src, dst)  # atomic, and overwrites an existing file on every OS
     else:
@@ -338,13 +451,17 @@ class WriteToTFRecord(beam.PTransform):
     Args:
       file_path_prefix: output path prefix; shard ``i`` of ``n`` is
         ``prefix + template(i, n) + file_name_suffix``.
-      coder: encodes each element to record bytes (bytes pass through).
-      file_name_suffix: default ``.tfrecord``.
-      num_shards: a fixed count (records assigned by ``crc32c(record) % n``), or 0 to
-        let bundles decide (optionally bounded by ``max_records_per_shard`` /
+      coder: encodes each element to record bytes (bytes pass through). A
+        ``pyarrow.RecordBatch`` or ``Table`` element is written as one Example per row
+        (``tfrecord_io.arrow.batch_to_records``: nulls are absent features).
+      file_name_suffix: default ``""`` (as Beam's); e.g. ``.tfrecord`` or ``.tfrecord.gz``.
+      num_shards: a fixed count (records dealt round-robin from a random shard, so
+        the shards are even whatever the records hold; see the module docstring), or 0
+        to let bundles decide (optionally bounded by ``max_records_per_shard`` /
         ``max_bytes_per_shard``, which roll over to a new file).
       shard_name_template: ``-SSSSS-of-NNNNN`` by default; ``''`` means one file.
-      compression_type: AUTO (from the suffix), UNCOMPRESSED, GZIP, ZLIB. Compressed
+      compression_type: AUTO (from the end of prefix + suffix: ``.gz``, ``.deflate``),
+        UNCOMPRESSED, GZIP, ZLIB (or DEFLATE). Compressed
         shards get no index (offsets in a compressed stream cannot be seeked to).
       write_index: write ``<shard>.index`` (``offset size`` lines) beside each shard.
 
@@ -356,7 +473,7 @@ class WriteToTFRecord(beam.PTransform):
         self,
         file_path_prefix: str,
         coder: coders.Coder = coders.BytesCoder(),
-        file_name_suffix: str = ".tfrecord",
+        file_name_suffix: str = "",
         num_shards: int = 0,
         shard_name_template: Optional[str] = DEFAULT_SHARD_NAME_TEMPLATE,
         compression_type: Any = CompressionTypes.AUTO,
@@ -368,7 +485,7 @@ class WriteToTFRecord(beam.PTransform):
         if not file_path_prefix:
             raise ValueError("file_path_prefix must be a non-empty path")
         template = DEFAULT_SHARD_NAME_TEMPLATE if shard_name_template is None else shard_name_template
-        _template_parts(template)
+        _template_tokens(template)  # a bad template fails here, not after the write
         if template == "":
             if num_shards not in (0, 1) or max_records_per_shard or max_bytes_per_shard:
                 raise ValueError("shard_name_template '' writes exactly one file: num_shards must be 1")
@@ -388,10 +505,31 @@ class WriteToTFRecord(beam.PTransform):
         self._template = template
         self._num_shards = int(num_shards)
         self._coder = coder
-        self._compression = files.normalize_compression(compression_type, self._prefix + self._suffix)
+        self._compression = sink_compression(compression_type, self._prefix + self._suffix)
         self._write_index = bool(write_index)
         self._max_records = max_records_per_shard
         self._max_bytes = max_bytes_per_shard
+
+    def _bucketed(self, records):
+        """Records -> ``(shard, [records])`` lists (the step a subclass replaces)."""
+        return records | "Bucket" >> beam.ParDo(_BucketRecords(self._num_shards, self._coder))
+
+    def _write(self, pcoll, spec: _WriteSpec):
+        """The elements -> one result dict per temporary file (the step before finalize)."""
+        records = expand_record_batches(pcoll)  # pyarrow RecordBatches/Tables -> Examples (beam_arrow)
+        if not isinstance(pcoll.windowing.windowfn, window.GlobalWindows):
+            # One set of shards for the whole input (re-windowing costs per element, so
+            # it is skipped when the input is already globally windowed).
+            records = records | "GlobalWindow" >> beam.WindowInto(window.GlobalWindows())
+        if self._num_shards:
+            return (
+                self._bucketed(records)
+                | "GroupShards" >> beam.GroupByKey()
+                | "WriteShards" >> beam.ParDo(_WriteShard(spec))
+            )
+        return records | "WriteBundles" >> beam.ParDo(
+            _WriteBundles(spec, self._coder, self._max_records, self._max_bytes)
+        )
 
     def expand(self, pcoll):
         directory = (
@@ -399,22 +537,7 @@ class WriteToTFRecord(beam.PTransform):
         )
         temp_dir = FileSystems.join(directory or ".", f".tfrecord-io-temp-{uuid.uuid4().hex}")
         spec = _WriteSpec(temp_dir, self._compression, self._write_index)
-        records = pcoll
-        if not isinstance(pcoll.windowing.windowfn, window.GlobalWindows):
-            # One set of shards for the whole input (re-windowing costs per element, so
-            # it is skipped when the input is already globally windowed).
-            records = pcoll | "GlobalWindow" >> beam.WindowInto(window.GlobalWindows())
-        if self._num_shards:
-            results = (
-                records
-                | "Bucket" >> beam.ParDo(_BucketRecords(self._num_shards, self._coder))
-                | "GroupShards" >> beam.GroupByKey()
-                | "WriteShards" >> beam.ParDo(_WriteShard(spec))
-            )
-        else:
-            results = records | "WriteBundles" >> beam.ParDo(
-                _WriteBundles(spec, self._coder, self._max_records, self._max_bytes)
-            )
+        results = self._write(pcoll, spec)
         return (
             pcoll.pipeline
             | "Once" >> beam.Create([None])
@@ -431,4 +554,88 @@ class WriteToTFRecord(beam.PTransform):
         )
 
 
-__all__ = ["DEFAULT_SHARD_NAME_TEMPLATE", "WriteToTFRecord", "shard_name"]
+class _CheckShard(beam.DoFn):
+    """Pass ``(shard, [records])`` on after checking the shard number is in range."""
+
+    def __init__(self, num_shards: int):
+        self._n = num_shards
+
+    def process(self, element):
+        shard, batch = element
+        if not (isinstance(shard, int) and 0 <= shard < self._n):
+            raise ValueError(f"WriteShardBatchesToTFRecord: shard {shard!r} is not in 0..{self._n - 1}")
+        yield shard, batch
+
+
+class WriteShardBatchesToTFRecord(WriteToTFRecord):
+    """``WriteToTFRecord`` for input the caller has already placed: ``(shard, batch)``
+    pairs (``0 <= shard < num_shards``), e.g. placed by where each record came from
+    rather than by arrival. A batch is a list of ``bytes`` records, or a pair
+    ``(frames, sizes)``: the records already framed (``encode_frames``) and the int64
+    bytes of their payload lengths, so a batch crosses the shuffle as two ``bytes``
+    rather than one element per record. Same names, atomic finalize, indexes and
+    result as ``WriteToTFRecord``; ``num_shards`` must be given."""
+
+    def __init__(self, file_path_prefix: str, num_shards: int, **kwargs: Any):
+        if int(num_shards) < 1:
+            raise ValueError("WriteShardBatchesToTFRecord needs num_shards >= 1")
+        super().__init__(file_path_prefix, num_shards=num_shards, **kwargs)
+
+    def _bucketed(self, records):
+        return records | "CheckShards" >> beam.ParDo(_CheckShard(self._num_shards))
+
+
+class _CopySlices(beam.DoFn):
+    """``(shard, [(path, start, end, count), ...])`` -> one temporary file holding those
+    byte ranges' frames, copied as they are with both CRCs checked
+    (``frame_copy.copy_frames``); emits its result dict."""
+
+    def __init__(self, spec: _WriteSpec, num_shards: int):
+        self._spec = spec
+        self._n = num_shards
+        self._records = Metrics.counter(METRICS_NAMESPACE, "records_written")
+
+    def process(self, element) -> Iterator[Dict[str, Any]]:
+        shard, pieces = element
+        if not (isinstance(shard, int) and 0 <= shard < self._n):
+            raise ValueError(f"CopyFrameSlicesToTFRecord: shard {shard!r} is not in 0..{self._n - 1}")
+        writer, path, index_path = self._spec.open(f"shard-{shard:05d}-{uuid.uuid4().hex}.tfrecord")
+        try:
+            for source, start, end, count in pieces:
+                copy_frames(source, start, end, count, writer)
+            writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        self._records.inc(writer.records_written)
+        yield self._spec.result(writer, path, index_path, (shard, 0))
+
+
+class CopyFrameSlicesToTFRecord(WriteToTFRecord):
+    """``WriteToTFRecord`` for input that is a plan, not records: ``(shard, pieces)`` with
+    ``pieces`` a list of ``(path, start, end, count)``, byte ranges of whole frames of
+    uncompressed TFRecord files (from their indexes), in the order shard ``shard`` holds
+    them. Each shard is written by one worker that copies its ranges' frames unchanged
+    (both CRCs checked; no record crosses a shuffle, only the plan does). Same names,
+    atomic finalize, indexes and result as ``WriteToTFRecord``; one element per shard
+    (spread over the workers as given: ``beam.Create`` of the plan does that)."""
+
+    def __init__(self, file_path_prefix: str, num_shards: int, **kwargs: Any):
+        if int(num_shards) < 1:
+            raise ValueError("CopyFrameSlicesToTFRecord needs num_shards >= 1")
+        super().__init__(file_path_prefix, num_shards=num_shards, **kwargs)
+
+    def _write(self, pcoll, spec: _WriteSpec):
+        # No Reshuffle here: a plan made with beam.Create is already redistributed (Create
+        # reshuffles two or more elements), and another one costs a stage per job.
+        return pcoll | "CopyShards" >> beam.ParDo(_CopySlices(spec, self._num_shards))
+
+
+__all__ = [
+    "CopyFrameSlicesToTFRecord",
+    "DEFAULT_SHARD_NAME_TEMPLATE",
+    "WriteShardBatchesToTFRecord",
+    "WriteToTFRecord",
+    "shard_name",
+    "sink_compression",
+]

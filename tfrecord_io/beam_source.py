@@ -72,6 +72,9 @@ DEFAULT_DESIRED_BUNDLE_SIZE = 64 << 20
 _CLAIM_CHUNK = 256
 _CLAIM_CHUNK_BYTES = 4 << 20
 
+# with_metadata value of ReadRecordBatches: (path, [offsets], [records]) per element
+_BATCHES = "batches"
+
 # A file as the splittable DoFn sees it: (path, stored size in bytes, compression kind).
 FileElement = Tuple[str, int, str]
 IndexPattern = Union[None, bool, str, Callable[[str], Optional[str]]]
@@ -255,6 +258,7 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
             path,
             start,
             stop,
+            compression_type="",  # plain (the element says so), whatever the name ends in
             check_crc=self._check_crc,
             index=index,
             on_corrupt="report" if self._dead_letter else "raise",
@@ -265,7 +269,7 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
         # bytes-out case each view is copied to ``bytes`` at once, so the list holds no
         # objects the garbage collector tracks; holding a thousand (offset, view) tuples
         # instead made every gen-0 collection walk them (a batch of 1000 ran 4x slower).
-        copy = bytes if self._plain_bytes_out else None
+        copy = bytes if self._bytes_out else None
         offs: List[int] = []
         datas: List[Any] = []
         end_of_last = None  # end of the last good frame taken, if it was the last item
@@ -347,6 +351,11 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
         return stopped
 
     @property
+    def _bytes_out(self) -> bool:
+        """Records go out as ``bytes`` (alone or with their place): copied once, as read."""
+        return self._raw_bytes and self._output == "bytes"
+
+    @property
     def _plain_bytes_out(self) -> bool:
         """Records go out as ``bytes`` exactly as read (no parse, coder or metadata)."""
         return self._raw_bytes and self._output == "bytes" and not self._with_metadata
@@ -356,7 +365,7 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
         dead-letter entry for each record that is not a valid Example."""
         if not offs:
             return
-        if self._plain_bytes_out:
+        if self._plain_bytes_out or self._with_metadata == _BATCHES:
             values: List[Any] = [d if type(d) is bytes else bytes(d) for d in datas]  # the common case, fast
             n_bytes = sum(map(len, values))
         else:
@@ -382,7 +391,9 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
                 n_bytes += len(data)
         self._records.inc(len(values))
         self._bytes.inc(n_bytes)
-        if self._batch_size:
+        if self._with_metadata == _BATCHES:
+            yield (path, offs, values)  # offs: a fresh list per chunk (the caller starts a new one)
+        elif self._batch_size:
             if values:
                 yield values
         else:
@@ -393,7 +404,7 @@ class _ReadTFRecordFn(beam.DoFn, _TFRecordRestrictionProvider):
         if not tracker.try_claim(0):
             return
         chunk = self._batch_size or _CLAIM_CHUNK
-        copy = bytes if self._plain_bytes_out else None
+        copy = bytes if self._bytes_out else None
         offs: List[int] = []
         datas: List[Any] = []
         for offset, item in read_records(
@@ -510,8 +521,8 @@ def _is_sidecar(path: str, matched: set[str]) -> bool:
 
 
 def _check_options(output: str, on_corrupt: str, batch_size: Optional[int], desired_bundle_size: int) -> None:
-    if output not in ("bytes", "example"):
-        raise ValueError("output must be 'bytes' or 'example'")
+    if output not in ("bytes", "example", "arrow"):
+        raise ValueError("output must be 'bytes', 'example' or 'arrow'")
     if on_corrupt not in ("fail", "dead_letter"):
         raise ValueError("on_corrupt must be 'fail' or 'dead_letter'")
     if batch_size is not None and int(batch_size) < 1:
@@ -560,6 +571,13 @@ class ReadAllFromTFRecord(beam.PTransform):
     ):
         super().__init__()
         _check_options(output, on_corrupt, batch_size, desired_bundle_size)
+        self._arrow = None
+        if output == "arrow":  # records with their places, then one RecordBatch per list (beam_arrow)
+            from .beam_arrow import DEFAULT_ARROW_BATCH_SIZE, ArrowBatches
+
+            self._arrow = ArrowBatches(description, on_corrupt, with_metadata or with_filename)
+            output, description, with_metadata = "bytes", None, True
+            batch_size = batch_size or DEFAULT_ARROW_BATCH_SIZE
         if with_filename and with_metadata:
             raise ValueError("with_filename gives (path, record), with_metadata (path, offset, record): pick one")
         if with_filename:
@@ -590,8 +608,46 @@ class ReadAllFromTFRecord(beam.PTransform):
         if self._on_corrupt == "dead_letter":
             outputs = elements | "ReadRanges" >> read.with_outputs(DEAD_LETTER, main="records")
             outputs.records.element_type = self._element_type
-            return outputs
-        return elements | "ReadRanges" >> read.with_output_types(self._element_type)
+            return self._arrow.attach(outputs) if self._arrow else outputs
+        records = elements | "ReadRanges" >> read.with_output_types(self._element_type)
+        return self._arrow.attach(records) if self._arrow else records
+
+
+class ReadAllRecordBatches(ReadAllFromTFRecord):
+    """The splitting read for jobs that work on many records at once: file patterns (as
+    :class:`ReadAllFromTFRecord` takes them) -> ``(path, [offsets], [records])``, up to
+    ``batch_size`` consecutive records of one byte range of one file per element.
+
+    Why a form of its own: a list of ``(path, offset, record)`` tuples costs a tuple per
+    record and keeps the garbage collector walking them; three fields per batch cost
+    nothing per record. Records are ``bytes``; the other arguments are
+    :class:`ReadAllFromTFRecord`'s (with ``on_corrupt="dead_letter"`` the result is
+    ``result.records`` and ``result.dead_letter``).
+    """
+
+    def __init__(
+        self,
+        compression_type: Any = CompressionTypes.AUTO,
+        *,
+        batch_size: int = 1024,
+        index_pattern: IndexPattern = None,
+        desired_bundle_size: int = DEFAULT_DESIRED_BUNDLE_SIZE,
+        on_corrupt: str = "fail",
+        check_crc: bool = True,
+        max_record_bytes: Optional[int] = DEFAULT_MAX_RECORD_BYTES,
+    ):
+        super().__init__(
+            coders.BytesCoder(),
+            compression_type,
+            index_pattern=index_pattern,
+            desired_bundle_size=desired_bundle_size,
+            batch_size=batch_size,
+            on_corrupt=on_corrupt,
+            check_crc=check_crc,
+            max_record_bytes=max_record_bytes,
+        )
+        self._fn._with_metadata = _BATCHES  # type: ignore[assignment]
+        self._element_type = AnyHint  # FastPrimitivesCoder between stages: no per-record coder calls
 
 
 class ReadFromTFRecord(beam.PTransform):
@@ -606,6 +662,10 @@ class ReadFromTFRecord(beam.PTransform):
       the index matches the file, by resynchronisation otherwise.
     - ``desired_bundle_size``: bytes per initial range (default 64 MiB).
     - ``output="example"`` with ``description``: parsed Example dicts (NumPy values).
+    - ``output="arrow"``: ``pyarrow.RecordBatch``es of up to ``batch_size`` records (default
+      1024), one schema for all: ``description`` as a ``pyarrow.Schema`` or a mapping of
+      features (see ``tfrecord_io.arrow``), else inferred from the first file. With
+      dead letters, records that do not fit the schema go there too.
     - ``with_metadata=True``: ``(path, offset, record)`` tuples (``with_filename=True``:
       ``(path, record)``, as Beam's ReadAll gives).
     - ``batch_size=N``: lists of up to N records (one range never mixes into another's
@@ -630,40 +690,21 @@ class ReadFromTFRecord(beam.PTransform):
         coder: coders.Coder = coders.BytesCoder(),
         compression_type: Any = CompressionTypes.AUTO,
         validate: bool = True,
-        *,
-        index_pattern: IndexPattern = None,
-        desired_bundle_size: int = DEFAULT_DESIRED_BUNDLE_SIZE,
-        output: str = "bytes",
-        description: Description = None,
-        with_metadata: bool = False,
-        batch_size: Optional[int] = None,
-        on_corrupt: str = "fail",
-        check_crc: bool = True,
-        with_filename: bool = False,
-        max_record_bytes: Optional[int] = DEFAULT_MAX_RECORD_BYTES,
+        **options: Any,
     ):
+        """``options``: the keyword arguments of :class:`ReadAllFromTFRecord` (listed in
+        this class's docstring), passed on as they are: one list of them, not two."""
         super().__init__()
         if not isinstance(file_pattern, str) or not file_pattern:
             raise ValueError("file_pattern must be a non-empty string")
         self._pattern = file_pattern
+        self._read_all = ReadAllFromTFRecord(coder, compression_type, **options)  # checks the options first
         if validate:
             result = FileSystems.match([file_pattern])[0]
             if not result.metadata_list:
                 raise OSError(f"No files found based on the file pattern {file_pattern}")
-        self._read_all = ReadAllFromTFRecord(
-            coder,
-            compression_type,
-            index_pattern=index_pattern,
-            desired_bundle_size=desired_bundle_size,
-            output=output,
-            description=description,
-            with_metadata=with_metadata,
-            batch_size=batch_size,
-            on_corrupt=on_corrupt,
-            check_crc=check_crc,
-            with_filename=with_filename,
-            max_record_bytes=max_record_bytes,
-        )
+        if self._read_all._arrow:  # no schema given: the first file's, known before the job runs
+            self._read_all._arrow.require_schema(file_pattern, validate)
 
     def expand(self, pbegin):
         # The pattern itself goes to the read (not one FileMetadata per match): the
@@ -675,6 +716,7 @@ __all__ = [
     "DEAD_LETTER",
     "METRICS_NAMESPACE",
     "ReadAllFromTFRecord",
+    "ReadAllRecordBatches",
     "ReadFromTFRecord",
     "resolve_index_path",
 ]

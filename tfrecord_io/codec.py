@@ -538,3 +538,37 @@ __all__ = [
     "serialize_example",
     "serialize_sequence_example",
 ]
+
+
+def uniform_features(records: List[bytes]) -> Optional[Tuple[List[Tuple[str, str]], List[Any]]]:
+    """``([(key, wire kind)], columns)`` for a batch whose records all have the first
+    record's keys, no others, each of the same (non-empty) kind, with ``columns`` the
+    compiled parser's output for those keys (``_fast_columns(..., spans=True)``:
+    per key, values + value counts per record); None for any other batch (the caller
+    then looks at each record; the jobs' batch statistics use it). One upb parse per record (its key count) and one call
+    of the compiled parser for the whole batch."""
+    if not records:
+        return None
+    first = Example()
+    try:
+        first.ParseFromString(records[0])
+    except Exception:  # noqa: BLE001 - not an Example: the per-record path reports it
+        return None
+    wanted = []
+    for key, feature in first.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        if kind is None:
+            return None
+        wanted.append((key, kind))
+    if not wanted:
+        return None
+    cols = _fast_columns(records, wanted, spans=True)  # None: a key missing, another type ...
+    if cols is None:
+        return None
+    n_keys = len(wanted)
+    probe = Example()
+    for data in records:  # the same keys: none missing (above), none extra (here)
+        probe.ParseFromString(data)
+        if len(probe.features.feature) != n_keys:
+            return None
+    return wanted, cols

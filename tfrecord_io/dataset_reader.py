@@ -1,7 +1,7 @@
 """Open a built dataset by its root: version, split selection, features, exact counts.
 
 ``select_dataset(root, "train[:90%]")`` follows ``<root>/LATEST`` (or a given version),
-reads ``dataset_info.json`` and turns a TFDS-style split selection (``splits.py``)
+reads ``tfrecord_io_info.json`` and turns a TFDS-style split selection (``splits.py``)
 into the shard files to read, each with the range of its records that the selection
 takes (through the shard's index), plus the feature description and fixed shapes the
 build recorded. The readers built on it (``iter_dataset`` here, ``tfrecord_io.torch.
@@ -44,7 +44,7 @@ class DatasetSelection:
 
     @property
     def count(self) -> int:
-        """Records in the selection (from ``dataset_info.json``'s counts)."""
+        """Records in the selection (from ``tfrecord_io_info.json``'s counts)."""
         return sum(r.count for r in self.ranges)
 
     @property
@@ -69,8 +69,17 @@ def _description(
     return description, shapes
 
 
+#: ``describe_file``'s signature: (path, index path or None, compression) -> FileInfo
+Describe = Callable[[str, Optional[str], Optional[str]], FileInfo]
+
+
 def _shard_files(
-    version_dir: str, split: str, entry: Mapping[str, Any], rng: SplitRange, compression: str
+    version_dir: str,
+    split: str,
+    entry: Mapping[str, Any],
+    rng: SplitRange,
+    compression: str,
+    describe: Describe = describe_file,
 ) -> List[FileInfo]:
     """The shards of ``split`` holding records ``rng.start`` .. ``rng.stop - 1``, each
     restricted to its records in the range."""
@@ -92,7 +101,7 @@ def _shard_files(
                     "without (output.write_index: false): run `tfrecord-io index` on it, or select whole splits",
                     path,
                 )
-        info = describe_file(path, index, compression or None)
+        info = describe(path, index, compression or None)
         if info.count is not None and info.count != n:
             raise IndexFileError(
                 f"{INFO_NAME} says {n} records but the index has {info.count}: the shard or its index "
@@ -118,12 +127,15 @@ def select_dataset(
     *,
     features: Optional[Sequence[str]] = None,
     rounding: Optional[str] = None,
+    describe: Describe = describe_file,
 ) -> DatasetSelection:
     """Resolve ``split`` (``"train"``, ``"train[:90%]"``, ``"train+validation"``, ...) of
     the dataset at ``root`` (its ``LATEST`` version, or ``version``). ``features``: the
     keys to parse (default: every required, non-sequence feature). Errors name what is
-    missing: no ``LATEST``, no ``dataset_info.json`` (an unfinished build), an unknown
-    split or feature, an index that disagrees with the recorded counts."""
+    missing: no ``LATEST``, no ``tfrecord_io_info.json`` (an unfinished build), an unknown
+    split or feature, an index that disagrees with the recorded counts. ``describe``
+    stats each shard and loads its index (``sharding.describe_file``, through Beam's
+    filesystems for URLs; the torch readers pass their own S3 reader's)."""
     version_dir = resolve_version_dir(root, version)
     info = load_info(version_dir)
     if info is None:
@@ -136,7 +148,7 @@ def select_dataset(
     compression = str(info.get("compression") or "")
     chosen: List[FileInfo] = []
     for rng in ranges:
-        chosen += _shard_files(version_dir, rng.split, splits[rng.split], rng, compression)
+        chosen += _shard_files(version_dir, rng.split, splits[rng.split], rng, compression, describe)
     description, shapes = _description(info.get("features") or {}, features)
     return DatasetSelection(root, version_dir, split, tuple(ranges), tuple(chosen), description, shapes, info)
 
@@ -157,7 +169,7 @@ def iter_dataset(
 
     ``output="example"``: dicts of NumPy arrays (the selection's features, parsed in
     batches); ``"bytes"``: the serialised records. ``decode``: a callable applied to each
-    serialised record instead (e.g. ``transforms.ExampleDecoder(spec)``). ``shard=(i, n)``
+    serialised record instead (e.g. ``tfrecord_io.transforms.ExampleDecoder(spec)``). ``shard=(i, n)``
     reads part ``i`` of ``n`` (by record count when indexed): the ``n`` parts together
     read each record once. A corrupt record raises ``CorruptRecordError`` with its file
     and byte offset."""

@@ -2,13 +2,23 @@
 
 ::
 
-    <root>/LATEST                        text: the name of the current version
-    <root>/<version>/dataset_info.json   written last: its presence means the version is whole
+    <root>/LATEST                            text: the name of the current version
+    <root>/<version>/tfrecord_io_info.json   written last: its presence means the version is whole
+    <root>/<version>/dataset_info.json       TFDS's DatasetInfo (+ features.json, *.labels.txt)
     <root>/<version>/<split>/<name>-<split>.tfrecord-00000-of-00004 (+ .index)
 
-Readers trust only what ``LATEST`` and ``dataset_info.json`` name: a version without
-``dataset_info.json`` is unfinished (being built, or left by a failed run) and is never
-resolved to. This is the read side only; ``pipelines/dataset_dir.py`` writes and
+Readers trust only what ``LATEST`` and our metadata name: a version without it is
+unfinished (being built, or left by a failed run) and is never resolved to.
+
+Two metadata files, because TFDS opens a version directory by a ``dataset_info.json``
+that it parses strictly as its own proto (a field of ours in it is an error), so ours
+cannot carry that name and TFDS's at once. Ours is ``tfrecord_io_info.json``; TFDS's
+files beside it (``tfrecord_io.tfds_info``) are written before it, so they are part
+of a whole version too. Versions built before TFDS's files existed have our metadata
+in ``dataset_info.json``: :func:`load_info` still reads those (a ``dataset_info.json``
+that is TFDS's alone, a version whose own metadata is missing, is unfinished).
+
+This is the read side only; ``tfrecord_io/pipelines/runtime/dataset_dir.py`` writes and
 publishes. Paths are local or URLs (``s3://``, ``gs://`` ...) through
 :mod:`tfrecord_io.files`; no Beam pipeline is involved.
 """
@@ -20,7 +30,9 @@ from typing import Any, Dict, Optional
 
 from . import files
 
-INFO_NAME = "dataset_info.json"
+INFO_NAME = "tfrecord_io_info.json"
+#: where our metadata was before TFDS's ``dataset_info.json`` took that name
+LEGACY_INFO_NAME = "dataset_info.json"
 LATEST_NAME = "LATEST"
 
 
@@ -45,22 +57,36 @@ def read_latest(root: str) -> Optional[str]:
 
 
 def load_info(version_dir: str) -> Optional[Dict[str, Any]]:
-    """The version's ``dataset_info.json`` as a dict, or None if it has none (unfinished)."""
-    text = _read_text(files.join(version_dir, INFO_NAME))
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise DatasetLayoutError(f"{files.join(version_dir, INFO_NAME)}: not valid JSON ({err.msg})") from None
+    """The version's metadata as a dict (``tfrecord_io_info.json``, or the
+    ``dataset_info.json`` of a version built before it), or None if it has none
+    (unfinished)."""
+    for name in (INFO_NAME, LEGACY_INFO_NAME):
+        path = files.join(version_dir, name)
+        text = _read_text(path)
+        if text is None:
+            continue
+        try:
+            info = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise DatasetLayoutError(f"{path}: not valid JSON ({err.msg})") from None
+        if name == LEGACY_INFO_NAME and is_tfds_info(info):
+            return None  # TFDS's file: ours is missing, so the version is not whole
+        return info
+    return None
+
+
+def is_tfds_info(info: Any) -> bool:
+    """Is this JSON TFDS's ``DatasetInfo`` (splits as a list, a file format) rather than ours?"""
+    return isinstance(info, dict) and (isinstance(info.get("splits"), list) or "fileFormat" in info)
 
 
 def resolve_version_dir(root: str, version: Optional[str] = None) -> str:
     """The directory of one whole version.
 
-    - ``version`` given: ``root/version`` (it must hold ``dataset_info.json``);
+    - ``version`` given: ``root/version`` (it must hold ``tfrecord_io_info.json``, or,
+      built before that file existed, our ``dataset_info.json``: :func:`load_info`);
     - ``root`` has ``LATEST``: ``root/<latest>``;
-    - ``root`` is itself a version directory (holds ``dataset_info.json``): ``root``;
+    - ``root`` is itself a version directory (holds that metadata): ``root``;
     - otherwise :class:`DatasetLayoutError` naming what was looked for.
     """
     root = str(root).rstrip("/") or "/"

@@ -47,6 +47,26 @@ class ExampleCodecError(TFRecordError, ValueError):
     """A value cannot be encoded into, or decoded from, a tf.train.Example."""
 
 
+class UnknownFeatureError(ExampleCodecError):
+    """A record has a feature that the columns being filled do not have: the schema was
+    inferred from earlier records, so reading on would drop that feature's values.
+    ``key`` names the feature; file and byte offset are in the message."""
+
+    def __init__(self, key: str, reason: str, path: Optional[str] = None, offset: Optional[int] = None):
+        self.key = key
+        super().__init__(reason, path, offset)
+
+    def __reduce__(self):
+        return (self.__class__, (self.key, self.reason, self.path, self.offset))
+
+
 class RecordTooLargeError(TFRecordError):
     """A record's length is over the reader's ``max_record_bytes``; raised from its
     header, before any memory is allocated for the record."""
+
+
+class StorageUnavailableError(TFRecordError, OSError):
+    """A store (``s3://``, ``gs://`` ...) kept failing, or could not be reached, for longer
+    than the storage timeout (raised by ``tfrecord_io/storage_retry.py``). Not a fault of
+    the file or row at hand: code that turns per-file errors into per-row rejections
+    lets this one through, so the job fails instead of rejecting everything."""

@@ -19,7 +19,7 @@ PLAIN = ""
 GZIP = "gzip"
 ZLIB = "zlib"
 
-_SUFFIXES = {".gz": GZIP, ".gzip": GZIP, ".zz": ZLIB, ".zlib": ZLIB}
+_SUFFIXES = {".gz": GZIP, ".gzip": GZIP, ".zz": ZLIB, ".zlib": ZLIB, ".deflate": ZLIB}  # .deflate: Beam's DEFLATE
 
 
 def normalize_compression(compression_type: Optional[str], path: Optional[str] = None) -> str:
@@ -66,6 +66,11 @@ def _beam_filesystems():
         raise TFRecordError(
             "remote paths need Apache Beam's FileSystems: pip install apache-beam[gcp|aws|...]"
         ) from err
+    from . import storage_retry
+
+    # Beam retries a failing store for up to ~10 minutes per request, silently: bound
+    # it and report it (see tfrecord_io/storage_retry.py).
+    storage_retry.install()
     return FileSystems
 
 
@@ -130,6 +135,16 @@ class _EmptySafeWriter(io.RawIOBase):
             super().close()
 
 
+def _storage_error(err: Exception) -> Exception:
+    """The :class:`~tfrecord_io.storage_retry.StorageUnavailableError` inside a
+    ``BeamIOError`` (Beam's FileSystems wraps each path's error), else ``err``: a job
+    stopped by an unreachable store says so first, not "exists() operation failed"."""
+    for detail in (getattr(err, "exception_details", None) or {}).values():
+        if type(detail).__name__ == "StorageUnavailableError":
+            return detail
+    return err
+
+
 def file_size(path: str) -> int:
     """Size in bytes of the stored file."""
     if is_remote(path):
@@ -140,6 +155,8 @@ def file_size(path: str) -> int:
         try:
             found = _beam_filesystems().match([path])[0].metadata_list
         except BeamIOError as err:
+            if _storage_error(err) is not err:
+                raise _storage_error(err) from err
             raise FileNotFoundError(f"{path}: {err}") from None
         for meta in found:
             if meta.path.rstrip("/") == str(path).rstrip("/"):
@@ -150,14 +167,30 @@ def file_size(path: str) -> int:
 
 def exists(path: str) -> bool:
     if is_remote(path):
-        return _beam_filesystems().exists(path)
+        from apache_beam.io.filesystem import BeamIOError
+
+        fs = _beam_filesystems()
+        try:
+            return fs.exists(path)
+        except BeamIOError as err:
+            if _storage_error(err) is not err:
+                raise _storage_error(err) from err
+            raise
     return os.path.exists(_local(path))
 
 
 def glob(pattern: str) -> List[str]:
     """Sorted paths matching ``pattern`` (local glob, or Beam's match for remote)."""
     if is_remote(pattern):
-        result = _beam_filesystems().match([pattern])[0]
+        from apache_beam.io.filesystem import BeamIOError
+
+        fs = _beam_filesystems()
+        try:
+            result = fs.match([pattern])[0]
+        except BeamIOError as err:
+            if _storage_error(err) is not err:
+                raise _storage_error(err) from err
+            raise
         return sorted(m.path for m in result.metadata_list)
     import glob as _glob
 
@@ -208,7 +241,7 @@ def temp_path_beside(path: str) -> str:
 
 def write_bytes(path: str, data: bytes, create_dirs: bool = True) -> None:
     """Write ``data`` as the whole content of ``path``, all or nothing: the one atomic
-    small-file write (index files, ``dataset_info.json``, ``LATEST``, reports ...).
+    small-file write (index files, ``tfrecord_io_info.json``, ``LATEST``, reports ...).
 
     Local: a temporary name beside it (:func:`temp_path_beside`), fsync, rename; the
     temporary file is removed if the write fails. Object stores: one PUT (an object
@@ -259,6 +292,8 @@ def delete(paths: List[str]) -> None:
                 if not isinstance(e, FileNotFoundError) and "404" not in str(e) and "Not Found" not in str(e)
             }
             if real:
+                if _storage_error(err) is not err:
+                    raise _storage_error(err) from err
                 raise
     for p in paths:
         if not is_remote(p):
@@ -384,8 +419,11 @@ class _OwningGzipFile(gzip.GzipFile):
 
     def __init__(self, raw: BinaryIO, mode: str):
         self._owned_raw = raw
-        # mtime=0 keeps written output byte-identical from run to run.
-        super().__init__(fileobj=raw, mode=mode, mtime=0)
+        # mtime=0 and no file name in the header keep written output byte-identical
+        # from run to run: GzipFile would otherwise store the name of the file it writes,
+        # a temporary one with a random part when the sink or a build writes (Beam's and
+        # TensorFlow's GZIP writers store no name either).
+        super().__init__(filename="", fileobj=raw, mode=mode, mtime=0)
 
     def close(self) -> None:
         try:

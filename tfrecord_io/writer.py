@@ -97,6 +97,24 @@ class RecordWriter:
         self._position = pos
         self.records_written += count
 
+    def write_frames(self, frames, sizes) -> None:
+        """Write records that are already frames (``encode_frames`` output: what a job
+        framed where the records were, so they crossed a shuffle as one ``bytes``), with
+        ``sizes`` the payload length of each (for the index and the counts)."""
+        lengths = np.asarray(sizes, dtype=np.int64)
+        if int(lengths.sum()) + FRAME_OVERHEAD * len(lengths) != len(frames):
+            raise ValueError(
+                f"{self.path}: {len(frames)} bytes of frames do not hold records of sizes {lengths[:8]}..."
+            )
+        self._write(frames)
+        if self._index_path and len(lengths):
+            starts = np.empty(len(lengths), dtype=np.int64)
+            starts[0] = 0
+            np.cumsum(lengths[:-1] + FRAME_OVERHEAD, out=starts[1:])
+            self._offsets.extend((starts + self._position).tolist())
+        self._position += len(frames)
+        self.records_written += len(lengths)
+
     def _write(self, data) -> None:
         try:
             self._file.write(data)

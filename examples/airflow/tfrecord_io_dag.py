@@ -3,7 +3,7 @@
 Two tasks, one version directory per scheduled run (``{{ ts_nodash }}``, e.g.
 ``20261130T020000``):
 
-- ``build``: ``BeamRunPythonPipelineOperator`` runs ``pipelines/scheduled_build.py``
+- ``build``: ``BeamRunPythonPipelineOperator`` runs ``tfrecord_io/pipelines/scheduled_build.py``
   with ``--config``, ``--version`` and ``--output`` plus the Beam flags of the chosen
   runner. It runs in ``TFRECORD_IO_PYTHON``, an interpreter that has tfrecord-io
   installed, not in Airflow's own (the Beam provider brings its own apache-beam).
@@ -13,7 +13,7 @@ Two tasks, one version directory per scheduled run (``{{ ts_nodash }}``, e.g.
 - ``validate``: ``tfrecord-io validate <output>`` in the same interpreter, on the same
   runner with the same Beam flags: it follows
   ``<output>/LATEST``, checks every record's CRCs, parses each Example against the
-  feature spec and compares counts and SHA-256 with ``dataset_info.json``; any problem
+  feature spec and compares counts and SHA-256 with ``tfrecord_io_info.json``; any problem
   fails the task.
 
 Settings come from the environment of the Airflow processes that parse the DAG and
@@ -23,11 +23,14 @@ run its tasks (README "Running on a schedule"):
 ``TFRECORD_IO_PYTHON``              interpreter with tfrecord-io (required)
 ``TFRECORD_IO_CONFIG``              dataset config YAML (required)
 ``TFRECORD_IO_OUTPUT``              dataset root holding ``LATEST`` (required)
-``TFRECORD_IO_SCHEDULED_BUILD``     path of ``pipelines/scheduled_build.py``
+``TFRECORD_IO_SCHEDULED_BUILD``     path of ``tfrecord_io/pipelines/scheduled_build.py``
                                     (default: the checkout this file is in)
 ``TFRECORD_IO_RUNNER``              Beam runner (default ``DirectRunner``)
 ``TFRECORD_IO_BEAM_OPTIONS``        JSON object of further Beam flags, e.g.
-                                    ``{"flink_master": "host:8081"}`` (default ``{}``)
+                                    ``{"flink_master": "host:8081"}`` (default ``{}``);
+                                    on any runner but the local one include
+                                    ``temp_location`` (e.g. ``s3://bucket/tmp``): validate's
+                                    results come back through it
 ``TFRECORD_IO_SCHEDULE``            cron expression or preset (default ``@daily``)
 ``TFRECORD_IO_RETRIES``             retries per task (default 2)
 ``TFRECORD_IO_RETRY_DELAY_SECONDS`` wait before a retry (default 300)
@@ -85,7 +88,7 @@ PYTHON = _required("TFRECORD_IO_PYTHON")
 CONFIG = _required("TFRECORD_IO_CONFIG")
 OUTPUT = _required("TFRECORD_IO_OUTPUT")
 SCHEDULED_BUILD = os.environ.get("TFRECORD_IO_SCHEDULED_BUILD") or os.path.join(
-    CHECKOUT, "pipelines", "scheduled_build.py"
+    CHECKOUT, "tfrecord_io", "pipelines", "scheduled_build.py"
 )
 RUNNER = os.environ.get("TFRECORD_IO_RUNNER", "DirectRunner")
 
@@ -120,7 +123,7 @@ with DAG(
     validate_command = [
         PYTHON,
         "-m",
-        "pipelines",
+        "tfrecord_io.pipelines",
         "validate",
         OUTPUT,
         "--no-progress",

@@ -19,7 +19,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-from transforms import Array, Audio, Float, Image, Int, Label, Text  # noqa: E402
+from tfrecord_io.transforms import Array, Audio, Float, Image, Int, Label, Text  # noqa: E402
 
 PNG = os.path.join(HERE, "transforms_input.png")
 PNG16 = os.path.join(HERE, "transforms_input16.png")
@@ -85,8 +85,8 @@ def make_inputs() -> None:
 
 
 def main() -> None:
+    from tfrecord_io.transforms import encode_row
     from tfrecord_io.writer import RecordWriter
-    from transforms import encode_row
 
     if not all(os.path.exists(p) for p in (PNG, PNG16, WAV)):
         make_inputs()

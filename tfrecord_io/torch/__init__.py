@@ -10,6 +10,11 @@ batch_size=None)``), several times faster; ``from_dataset(root, "train[:90%]")``
 built dataset by its root and a TFDS-style split selection; its workers reuse their
 shared-memory batch buffers (``free_batch_buffers()`` lets the kept ones go).
 
+Every iterable dataset here is ``Stateful`` (torchdata): ``state_dict()`` /
+``load_state_dict()`` resume mid-epoch by seeking to index offsets, not by replaying;
+``shuffle="global"`` permutes all the records of an epoch; ``s3://`` files are read
+with range requests (``tfrecord_io.remote_reader``).
+
 This is the only part of ``tfrecord_io`` that imports torch.
 """
 
@@ -18,6 +23,8 @@ from .built import from_dataset
 from .collate import PadCollate, PadTo, pad_collate, pad_stack
 from .context import ReadContext, current_context, distributed_rank
 from .dataset import MultiTFRecordDataset, RecordDecoder, TFRecordDataset, TFRecordIndexedDataset
+from .options import ReadOptions
+from .resume import StateError
 from .shm_pool import free_batch_buffers
 
 __all__ = [
@@ -25,7 +32,9 @@ __all__ = [
     "PadCollate",
     "PadTo",
     "ReadContext",
+    "ReadOptions",
     "RecordDecoder",
+    "StateError",
     "TFRecordDataset",
     "TFRecordBatchDataset",
     "TFRecordIndexedDataset",

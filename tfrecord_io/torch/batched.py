@@ -24,7 +24,7 @@ is no ``len``).
 What a batch holds (a dict; ``batch_transform`` may turn it into anything):
 
 - numeric features of a known fixed shape (``shapes={"label": (), "emb": (128,)}``,
-  taken from ``dataset_info.json`` by ``from_dataset``): one ``(B, *shape)`` tensor;
+  taken from ``tfrecord_io_info.json`` by ``from_dataset``): one ``(B, *shape)`` tensor;
 - other numeric features: with ``ragged="pad"`` a ``(B, longest)`` tensor padded with
   ``padding_value`` plus ``{key}_length`` (int64, ``(B,)``), in every batch, also when
   all lengths agree; with ``ragged="flat"`` the values of the batch end to end (1-D)
@@ -34,7 +34,7 @@ What a batch holds (a dict; ``batch_transform`` may turn it into anything):
   records (no copy: decode or stack large images straight from the file's pages); they
   become ``bytes`` only if the batch still holds them when it leaves the dataset.
 
-``record_decoder`` (serialised record -> dict, e.g. ``transforms.ExampleDecoder(spec)``,
+``record_decoder`` (serialised record -> dict, e.g. ``tfrecord_io.transforms.ExampleDecoder(spec)``,
 which decodes images) replaces the parser; ``transform`` is applied to each parsed (or
 decoded) record dict; both then batch as ``PadCollate`` does. ``batch_transform`` is
 applied to each finished batch (decode a batch of images at once, normalise, ...). All
@@ -49,21 +49,25 @@ them.
 
 from __future__ import annotations
 
-from itertools import chain, islice, repeat
+from itertools import islice
 from math import prod
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
-from .. import iterator_utils
 from ..codec import Description, infer_description, parse_example, parse_examples, parse_examples_batch
 from ..errors import ExampleCodecError
-from ..sharding import FileInfo, Piece, cut, plan_records, plan_shard, read_piece, total_records
+from ..sharding import FileInfo, cut, plan_records, plan_shard, total_records
 from .collate import PadCollate
-from .context import current_context, distributed_rank, make_rng
+from .context import make_rng
 from .dataset import IndexSpec, PathSpec, TFRecordDataset
+from .options import ReadKwargs, ReadOptions
+from .resume import Run
 from .shm_pool import BufferPool, PooledTensor, worker_pool
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 #: a record as it travels from the reader to the parser: (path, (offset, data))
 Located = Tuple[str, Tuple[int, Any]]
@@ -76,7 +80,9 @@ class TFRecordBatchDataset(TFRecordDataset):
     as ``DataLoader(ds, batch_size=None, num_workers=...)`` (see the module doc).
 
     Same files, index, sharding, shuffling (``shuffle_queue_size`` records, a buffer
-    *before* batching), ``seed``/``set_epoch`` and CRC checks as ``TFRecordDataset``.
+    *before* batching; ``shuffle="global"``: the permuted order is cut into batches as
+    the sequential one is), ``seed``/``set_epoch``, resume (``state_dict``, counting the
+    batches each worker made) and CRC checks as ``TFRecordDataset``.
     ``description`` must give types (``{"label": "int", ...}``); None takes the types of
     each worker's first record. ``len(ds)`` is the number of batches this rank yields per
     epoch (needs plain, indexed files). A corrupt or unparsable record raises the same
@@ -100,26 +106,13 @@ class TFRecordBatchDataset(TFRecordDataset):
         transform: Optional[Callable[[Any], Any]] = None,
         batch_transform: Optional[Callable[[Dict[str, Any]], Any]] = None,
         compression_type: Optional[str] = None,
-        shuffle_files: bool = False,
-        seed: Optional[int] = None,
-        rank: Optional[int] = None,
-        world_size: Optional[int] = None,
-        check_crc: bool = True,
+        options: Optional[ReadOptions] = None,
+        **read: Unpack[ReadKwargs],
     ) -> None:
-        super().__init__(
-            data_path,
-            index_path,
-            description,
-            shuffle_queue_size,
-            transform,
-            None,
-            compression_type,
-            shuffle_files=shuffle_files,
-            seed=seed,
-            rank=rank,
-            world_size=world_size,
-            check_crc=check_crc,
+        opts = ReadOptions.gather(
+            options, read, shuffle_queue_size=shuffle_queue_size, compression_type=compression_type
         )
+        super().__init__(data_path, index_path, description, transform=transform, options=opts)
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if ragged not in RAGGED_MODES:
@@ -145,61 +138,82 @@ class TFRecordBatchDataset(TFRecordDataset):
         return -(-rank_count // self.batch_size)
 
     def __len__(self) -> int:
-        rank, world = distributed_rank(self.rank, self.world_size)
+        rank, world = self._rank()
         total = total_records(self.files())
         if total is None:
             raise TypeError("len() needs an index for every file, and uncompressed files")
         lo, hi = cut(total, rank, world)
         return self._rank_batches(hi - lo, total, world)
 
-    def _plan(self, order: Sequence[FileInfo], ctx: Any) -> Tuple[List[Piece], Optional[int]]:
-        """(pieces this worker reads, how many batches it yields or None: all it reads)."""
+    def _identity(self) -> Dict[str, Any]:
+        return dict(super()._identity(), batch_size=self.batch_size, drop_last=self.drop_last)
+
+    def _plan(self, order: Sequence[FileInfo], ctx: Any) -> Tuple[Optional[Tuple[int, int]], Optional[int]]:
+        """(records ``[start, stop)`` of the files laid end to end that this worker reads,
+        and how many batches it yields), or (None, None) when the files are not all
+        plain and indexed (then it reads its shard of ``plan_shard`` and batches it all)."""
         total = total_records(order)
         if total is None:
-            return plan_shard(order, ctx.shard, ctx.num_shards), None
+            return None, None
         lo, hi = cut(total, ctx.rank, ctx.world_size)
         batches = self._rank_batches(hi - lo, total, ctx.world_size)
         b0, b1 = cut(batches, ctx.worker_id, ctx.num_workers)
         if b0 == b1:
-            return [], 0
+            return (lo, lo), 0
         start = lo + b0 * self.batch_size
         stop = hi if b1 == batches else lo + b1 * self.batch_size
-        return plan_records(order, start, stop), b1 - b0
+        return (start, stop), b1 - b0
 
     # ------------------------------------------------------------------ reading
 
-    def _located(self, pieces: Sequence[Piece]) -> Iterator[Located]:
-        """``(path, (offset, data))`` per record; tuples made by ``zip`` in C, no frame per record."""
-        check = self.check_crc
-        return chain.from_iterable(zip(repeat(p.path), read_piece(p, check)) for p in pieces)
-
     def __iter__(self) -> Iterator[Any]:
-        ctx = current_context(self.rank, self.world_size)
-        shared, own = self._seed_keys(ctx, bool(self.shuffle_queue_size or self.shuffle_files))
-        order = self._order(self.files(), make_rng(*shared, "files"), ctx)
-        pieces, limit = self._plan(order, ctx)
-        records: Iterator[Located] = self._located(pieces)
-        if self.shuffle_queue_size:
-            records = iterator_utils.shuffle_iterator(records, self.shuffle_queue_size, make_rng(*own, "buffer"))
-        return self._batches(records, limit)
+        ctx = self._context()
+        start = self._begin(ctx, self.options.randomised)
+        infos = self.files()
+        source: Any
+        if self.options.shuffle == "global":
+            span, limit = self._plan(infos, ctx)
+            source = self._global_source(infos, start, ctx, span)
+        else:
+            order = self._order(infos, make_rng(*start.keys[0], "files"), ctx)
+            span, limit = self._plan(order, ctx)
+            pieces = plan_shard(order, ctx.shard, ctx.num_shards) if span is None else plan_records(order, *span)
+            source = self._pieces(pieces, start)
+        return self._batches(self._start(ctx, start, source, infos), limit)
 
-    def _batches(self, records: Iterator[Located], limit: Optional[int]) -> Iterator[Any]:
-        made = 0
+    def _batches(self, run: Run, limit: Optional[int]) -> Iterator[Any]:
+        if run.finished:
+            return
         size = self.batch_size
         in_worker = torch.utils.data.get_worker_info() is not None
-        while limit is None or made < limit:
+        records, note = run.located()
+        source = run.source
+        while limit is None or run.yielded < limit:
             chunk = list(islice(records, size))
+            if note and chunk:
+                source.note(chunk[-1], len(chunk))
             if not chunk or (len(chunk) < size and self.drop_last):
+                run.finished = True
                 return
+            short = len(chunk) < size
             batch = self.make_batch(chunk)
             if self.batch_transform is not None:
                 batch = self.batch_transform(batch)
-            made += 1
-            yield deliver(batch, in_worker)
-            if len(chunk) < size:
+            # nothing here views the records any more while the batch is out: a reader's
+            # receive buffers under them can be reused for the next batch (S3)
+            del chunk
+            run.yielded += 1
+            if short:
+                run.finished = True
+            out = deliver(batch, in_worker)
+            del batch
+            yield out
+            del out
+            if short:
                 return
         for _ in records:  # drop_last: the rank's leftover records (read, so CRCs are checked)
             pass
+        run.finished = True
 
     # ------------------------------------------------------------------ collating
 

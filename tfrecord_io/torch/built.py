@@ -3,11 +3,16 @@ root, split selection and version (see ``tfrecord_io.dataset_reader``)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from dataclasses import replace
+from typing import Any, Dict, Optional, Sequence, Union
 
+from .. import remote_reader
 from ..dataset_reader import DatasetSelection, select_dataset
+from ..remote_reader import RemoteObject
+from ..sharding import FileInfo, describe_file
 from .batched import TFRecordBatchDataset
 from .dataset import TFRecordDataset
+from .options import ReadOptions
 
 
 def from_dataset(
@@ -26,27 +31,54 @@ def from_dataset(
     ``split`` is a TFDS-style selection: ``"train"``, ``"train[:90%]"``,
     ``"train[10%:]"``, ``"validation[:1000]"``, ``"train+validation"`` (percent rounding:
     ``tfrecord_io.splits``). ``features``: the keys to parse (default: every required,
-    non-sequence feature of ``dataset_info.json``), with their recorded types and shapes.
+    non-sequence feature of ``tfrecord_io_info.json``), with their recorded types and shapes.
 
     ``batch_size=None``: a ``TFRecordDataset`` of single records (use it with
     ``DataLoader(ds, batch_size=...)``); ``len`` = records this rank reads.
     ``batch_size=N``: a ``TFRecordBatchDataset`` making whole batches in the worker (use
     ``DataLoader(ds, batch_size=None)``), fixed-shape features stacked to their recorded
-    shapes; ``len`` = batches this rank yields. Other keyword arguments go to that class
-    (``shuffle_queue_size``, ``seed``, ``shuffle_files``, ``drop_last``, ``transform``,
-    ``record_decoder``, ``batch_transform``, ``rank``, ``world_size``, ...): e.g.
-    ``record_decoder=transforms.ExampleDecoder(spec)`` decodes images in the workers.
+    shapes; ``len`` = batches this rank yields. Other keyword arguments go to that class:
+    the reading options (``ReadOptions``: ``shuffle_queue_size``, ``seed``, ``shuffle_files``,
+    ``rank``, ..., or one ``options=``) and the class's own (``drop_last``, ``transform``,
+    ``record_decoder``, ``batch_transform``, ...): e.g.
+    ``record_decoder=tfrecord_io.transforms.ExampleDecoder(spec)`` decodes images in the workers.
     Every record of the selection is read once per epoch across workers and ranks. The
     selection is on the returned dataset as ``ds.selection`` (counts, files, info).
+
+    ``shuffle="global"``: each epoch one permutation of every record of the selection
+    (see ``TFRecordDataset``). ``state_dict()``/``load_state_dict()`` resume mid-epoch
+    (``StatefulDataLoader``); a state of another root, version, split or seed is refused.
+    ``s3://`` roots are read with range requests, read-ahead and parallel fetches
+    (``tfrecord_io.remote_reader``; its ``configure`` sets the optional local cache).
     """
-    selection: DatasetSelection = select_dataset(root, split, version, features=features, rounding=rounding)
+    objects: Dict[str, RemoteObject] = {}
+
+    def describe(path: str, index: Optional[str], compression: Optional[str]) -> FileInfo:
+        # S3 shards by HEAD/GET of the range reader (Beam's S3 filesystem makes a boto3
+        # client per call, ~0.8 s each), pinned to the ETag they have now
+        if not remote_reader.is_s3(path) or (index is not None and not remote_reader.is_s3(index)):
+            return describe_file(path, index, compression)
+        info, obj = remote_reader.describe(path, index, compression)
+        objects[path] = obj
+        return info
+
+    selection: DatasetSelection = select_dataset(
+        root, split, version, features=features, rounding=rounding, describe=describe
+    )
     files = list(selection.files)
+    # the reading options once (given as keywords or options=), with the versions stat'ed above
+    options = ReadOptions.take(kwargs)
+    options = replace(options, remote_objects={**objects, **options.remote_objects})
     if batch_size is None:
-        ds: Union[TFRecordDataset, TFRecordBatchDataset] = TFRecordDataset(files, None, selection.description, **kwargs)
+        ds: Union[TFRecordDataset, TFRecordBatchDataset] = TFRecordDataset(
+            files, None, selection.description, options=options, **kwargs
+        )
     else:
         kwargs.setdefault("shapes", selection.shapes)
-        ds = TFRecordBatchDataset(files, None, selection.description, batch_size, **kwargs)
+        ds = TFRecordBatchDataset(files, None, selection.description, batch_size, options=options, **kwargs)
     ds.selection = selection  # type: ignore[union-attr]
+    # a resume state names the selection: a state of another root, version or split is refused
+    ds.origin = f"{selection.root.rstrip('/')} version {selection.version} split {split}"
     return ds
 
 

@@ -22,22 +22,63 @@ reproducible. With ``seed=s`` the order depends only on ``(s, epoch, shard)``; c
 ``persistent_workers=True`` the workers keep their copy (and never see ``set_epoch``):
 there each pass of a worker also counts, so every epoch still gets a new order. Shuffling the
 file order across several ranks needs ``seed`` (every rank must order the files alike).
+
+``shuffle="global"`` replaces the sequential order by one permutation of every record of
+the files per epoch (``tfrecord_io.permutation``, keyed by seed and epoch), cut into
+shards as the sequential order is; it needs plain, indexed files (``resume.GlobalSource``
+reads it a window of ``global_window`` positions at a time, in file order).
+
+Resuming. ``state_dict()`` describes where the latest iterator of this copy is and
+``load_state_dict()`` makes the next one continue there, seeking rather than replaying
+(``resume``): torchdata's ``StatefulDataLoader`` calls both per worker.
 """
 
 from __future__ import annotations
 
-from functools import partial
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, cast
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    cast,
+)
 
 import torch.utils.data
 
-from .. import iterator_utils
+from .. import iterator_utils, remote_reader
 from ..codec import Description, parse_example, parse_sequence_example
-from ..errors import ExampleCodecError
+from ..errors import ExampleCodecError, IndexFileError
 from ..path_specs import PathSpec, expand, split_files
 from ..random_access import IndexedRecordReader
-from ..sharding import FileInfo, Piece, describe_files, plan_shard, read_piece, shard_count
+from ..remote_reader import RemoteObject, RemoteObjectChangedError
+from ..sharding import FileInfo, cut, describe_files, plan_shard, shard_count, total_records
 from .context import ReadContext, current_context, distributed_rank, draw_torch_seed, make_rng
+from .options import ReadKwargs, ReadOptions
+from .resume import (
+    STATE_FORMAT,
+    GlobalSource,
+    MultiSource,
+    PieceSource,
+    Run,
+    ShuffleBuffer,
+    StateError,
+    check_context,
+    check_header,
+    check_identity,
+    files_digest,
+    global_permutation,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 IndexSpec = Union[None, str, Sequence[Optional[str]]]
 
@@ -75,43 +116,65 @@ def _index_list(index_path: IndexSpec, paths: Sequence[str]) -> List[Optional[st
     return out
 
 
+class _Start(NamedTuple):
+    """How a new iteration begins: fresh, or resuming a loaded state (then every field
+    comes from that state, whatever ``set_epoch`` or the seeds say now)."""
+
+    keys: Tuple[Tuple[Any, ...], Tuple[Any, ...]]  # (key shared by every shard of the epoch, this shard's)
+    saved: Optional[Dict[str, Any]]
+    epoch: int
+    passes: int
+
+    @property
+    def position(self) -> Optional[Mapping[str, Any]]:
+        return None if self.saved is None else self.saved["position"]
+
+
 class _ShardedDataset(torch.utils.data.IterableDataset):
-    """What both iterable datasets share: sharding context, seeds, decoding, shuffle."""
+    """What the iterable datasets share: sharding context, seeds, decoding, shuffles,
+    resume state; how they read is one ``ReadOptions`` (``self.options``)."""
 
     def __init__(
         self,
+        options: ReadOptions,
         description: Description,
-        shuffle_queue_size: Optional[int],
-        transform: Optional[Callable[[Any], Any]],
         sequence_description: Description,
-        compression_type: Optional[str],
-        shuffle_files: bool,
-        seed: Optional[int],
-        rank: Optional[int],
-        world_size: Optional[int],
-        check_crc: bool,
+        transform: Optional[Callable[[Any], Any]],
     ) -> None:
         super().__init__()
-        if shuffle_queue_size is not None and shuffle_queue_size < 0:
-            raise ValueError("shuffle_queue_size must be >= 0")
+        self.options = options
+        self._pending: Optional[Dict[str, Any]] = None
+        self._run: Optional[Run] = None
+        #: S3 object versions read (by URL): stat'ed when described, or given (``from_dataset``)
+        self._objects: Dict[str, RemoteObject] = dict(options.remote_objects)
+        #: what identifies the records beyond the files (e.g. a built dataset's selection)
+        self.origin: Optional[str] = None
         self.description = description
         self.sequence_description = sequence_description
-        self.shuffle_queue_size = shuffle_queue_size
         self.transform = transform
-        self.compression_type = compression_type
-        self.shuffle_files = shuffle_files
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
-        self.check_crc = check_crc
         self.epoch = 0
         self._passes = 0  # iterations of this copy: persistent workers keep their copy
         self._decode = RecordDecoder(description, sequence_description)
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch that, with ``seed``, picks this epoch's shuffles. Call it before
-        creating each epoch's DataLoader iterator (workers get a copy of the dataset)."""
-        self.epoch = int(epoch)
+        creating each epoch's DataLoader iterator (workers get a copy of the dataset).
+
+        After ``load_state_dict`` the next iterator resumes that state's epoch: setting
+        another one before it runs raises ``StateError`` (the state's position belongs to
+        its epoch's order; in another epoch it names other records), unless the state's
+        epoch was finished, which is then dropped (the next iterator starts ``epoch``)."""
+        epoch = int(epoch)
+        pending = self._pending
+        if pending is not None and epoch != int(pending["epoch"]):
+            if not pending.get("finished"):
+                raise StateError(
+                    f"set_epoch({epoch}) after load_state_dict of a state in epoch {pending['epoch']}: the next "
+                    f"iterator resumes epoch {pending['epoch']} (its position names records of that epoch's "
+                    f"order); call set_epoch({pending['epoch']}), or set_epoch before load_state_dict"
+                )
+            self._pending = None
+        self.epoch = epoch
 
     def _seed_keys(self, ctx: ReadContext, randomised: bool = True) -> Tuple[Tuple[Any, ...], Tuple[Any, ...]]:
         """(key shared by every shard of this epoch, key of this shard).
@@ -124,8 +187,9 @@ class _ShardedDataset(torch.utils.data.IterableDataset):
         if in_worker:
             self._passes += 1
         passes = self._passes if in_worker else 0
-        if self.seed is not None:
-            shared: Tuple[Any, ...] = ("seed", self.seed, self.epoch, passes)
+        seed = self.options.seed
+        if seed is not None:
+            shared: Tuple[Any, ...] = ("seed", seed, self.epoch, passes)
             return shared, shared + (ctx.shard,)
         if not in_worker and not randomised:
             return ("fixed",), ("fixed",)  # draw nothing: leave the caller's torch RNG alone
@@ -134,8 +198,8 @@ class _ShardedDataset(torch.utils.data.IterableDataset):
 
     def _order(self, infos: Sequence[FileInfo], rng: Any, ctx: ReadContext) -> List[FileInfo]:
         out = list(infos)
-        if self.shuffle_files:
-            if ctx.world_size > 1 and self.seed is None:
+        if self.options.shuffle_files:
+            if ctx.world_size > 1 and self.options.seed is None:
                 raise ValueError(
                     "shuffle_files with several ranks needs seed= (every rank must order the files "
                     "alike to read each record once); call set_epoch(epoch) each epoch"
@@ -143,19 +207,171 @@ class _ShardedDataset(torch.utils.data.IterableDataset):
             rng.shuffle(out)
         return out
 
-    def _records(self, pieces: Sequence[Piece]) -> Iterator[Any]:
-        decode = self._decode
-        for piece in pieces:
-            path = piece.path
-            for offset, data in read_piece(piece, self.check_crc):
-                yield decode(data, path, offset)
+    def _describe(self, paths: Sequence[str], index_paths: Sequence[Optional[str]]) -> List[FileInfo]:
+        """``describe_files``, with ``s3://`` objects described by HEAD/GET requests of
+        their own (``remote_reader.describe``) and pinned to their ETag: the one given in
+        ``remote_objects`` (an object that no longer has it is an error naming it), else
+        the one it has now."""
+        out: List[FileInfo] = []
+        compression = self.options.compression_type
+        for path, index in zip(paths, index_paths):
+            if remote_reader.is_s3(path):
+                info, obj = remote_reader.describe(path, index, compression)
+                given = self._objects.setdefault(path, obj)
+                if (given.etag, given.size) != (obj.etag, obj.size):
+                    raise RemoteObjectChangedError(
+                        f"the object changed after it was listed (ETag {given.etag}, {given.size} bytes; "
+                        f"now ETag {obj.etag}, {obj.size} bytes)",
+                        path,
+                    )
+                out.append(info)
+            else:
+                out += describe_files([path], [index], compression)
+        return out
 
-    def _finish(self, it: Iterator[Any], shard_key: Tuple[Any, ...]) -> Iterator[Any]:
-        if self.shuffle_queue_size:
-            it = iterator_utils.shuffle_iterator(it, self.shuffle_queue_size, make_rng(*shard_key, "buffer"))
-        if self.transform is not None:
-            it = map(self.transform, it)
-        return it
+    def _pin_objects(self, infos: Sequence[FileInfo]) -> None:
+        """Stat the S3 objects among ``infos`` once (size checked against the listing, ETag
+        kept): every later range read asks for that version and fails if it changed."""
+        for f in infos:
+            if remote_reader.is_s3(f.path) and f.path not in self._objects:
+                self._objects[f.path] = remote_reader.stat(f.path, f.size)
+
+    def _rank(self) -> Tuple[int, int]:
+        """(rank, world size) of this process, for ``len``."""
+        return distributed_rank(self.options.rank, self.options.world_size)
+
+    def _context(self) -> ReadContext:
+        return current_context(self.options.rank, self.options.world_size)
+
+    # ------------------------------------------------------------------ state
+
+    def _identity(self) -> Dict[str, Any]:
+        """What a state must agree on to be resumed by this dataset."""
+        o = self.options
+        return {
+            "class": type(self).__name__,
+            "origin": self.origin,
+            "seed": o.seed,
+            "shuffle": o.shuffle,
+            "global_window": o.global_window if o.shuffle == "global" else None,
+            "shuffle_queue_size": o.shuffle_queue_size or 0,
+            "shuffle_files": bool(o.shuffle_files),
+        }
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the latest iterator of this copy is (torchdata's ``Stateful``): the
+        position in its pieces or permutation, its shuffle buffer (records by file and
+        offset) and seeds. ``StatefulDataLoader`` saves it per worker after each batch;
+        ``load_state_dict`` makes the next iterator continue from there. Before any
+        iteration: the start of the next one."""
+        if self._run is not None:
+            return self._run.state()
+        if self._pending is not None:
+            return dict(self._pending)
+        return {
+            "format": STATE_FORMAT,
+            "identity": self._identity(),
+            "epoch": self.epoch,
+            "passes": self._passes,
+            "fresh": True,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Make the next iterator continue where ``state`` (from ``state_dict``) was: it
+        opens the files at the saved offsets, refills the shuffle buffer by offset and
+        yields exactly the rest of that epoch, in the order an uninterrupted run gives.
+        A state from another dataset (files, selection, version), seed or shuffle
+        setting, or from another worker or rank, raises ``StateError``; so does
+        ``set_epoch`` of another epoch before the resumed iterator runs."""
+        check_header(state)
+        check_identity(state["identity"], self._identity())
+        self.epoch = int(state["epoch"])
+        self._passes = int(state["passes"])
+        self._run = None
+        self._pending = None if state.get("fresh") else dict(state)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_run"] = None  # an iteration (open files, views of them) stays in its process
+        return state
+
+    def _begin(self, ctx: ReadContext, randomised: bool) -> _Start:
+        """How a new iteration starts: resuming the loaded state (its seed keys, epoch
+        and passes, whatever this copy says now), or fresh."""
+        saved, self._pending = self._pending, None
+        if saved is not None:
+            check_context(saved, (ctx.rank, ctx.world_size, ctx.worker_id, ctx.num_workers))
+            shared, own = saved["keys"]
+            return _Start((tuple(shared), tuple(own)), saved, int(saved["epoch"]), int(saved["passes"]))
+        return _Start(self._seed_keys(ctx, randomised), None, self.epoch, self._passes)
+
+    def _start(self, ctx: ReadContext, start: _Start, source: Any, infos: Sequence[FileInfo]) -> Run:
+        buffer = None
+        o, saved = self.options, start.saved
+        if o.shuffle_queue_size:
+            buffer = ShuffleBuffer(o.shuffle_queue_size, make_rng(*start.keys[1], "buffer"))
+            if saved is not None and saved.get("buffer") is not None:
+                buffer.restore(saved["buffer"], o.check_crc, self._objects)
+        run = Run(
+            self._identity(),
+            (ctx.rank, ctx.world_size, ctx.worker_id, ctx.num_workers),
+            start.keys,
+            start.epoch,
+            start.passes,
+            source,
+            buffer,
+            {f.path: bool(f.compression) for f in infos},
+        )
+        if saved is not None:
+            run.yielded = int(saved.get("yielded", 0))
+            run.finished = bool(saved.get("finished", False))
+        self._run = run
+        return run
+
+    def _pieces(self, pieces: Sequence[Any], start: _Start) -> PieceSource:
+        return PieceSource(pieces, self.options.check_crc, self._objects, start.position)
+
+    def _global_source(
+        self,
+        infos: Sequence[FileInfo],
+        start: _Start,
+        ctx: ReadContext,
+        lo_hi: Optional[Tuple[int, int]],
+    ) -> GlobalSource:
+        """Positions ``lo_hi`` (default: this copy's shard) of the epoch's permutation of
+        every record of ``infos`` (``shuffle="global"``); the epoch is the iteration's
+        (a resumed state's own)."""
+        total = total_records(infos)
+        if total is None:
+            bad = next(f.path for f in infos if f.compression or f.index is None)
+            raise IndexFileError(
+                "shuffle='global' reads records by number: it needs every file plain (not compressed) "
+                "and indexed (index_path='auto' or a list; `tfrecord-io index` makes them)",
+                bad,
+            )
+        if ctx.world_size > 1 and self.options.seed is None:
+            raise ValueError("shuffle='global' with several ranks needs seed= (every rank must permute alike)")
+        lo, hi = lo_hi if lo_hi is not None else cut(total, ctx.shard, ctx.num_shards)
+        perm = global_permutation(total, start.keys[0], start.epoch, start.passes)
+        o = self.options
+        return GlobalSource(infos, perm, lo, hi, o.global_window, o.check_crc, self._objects, start.position)
+
+    def _emit(self, run: Run) -> Iterator[Any]:
+        """Decoded (and transformed) records of a run, its position kept as they go."""
+        if run.finished:
+            return
+        decode, transform, source = self._decode, self.transform, run.source
+        records, note = run.located()
+        for located in records:
+            if note:
+                source.note(located, 1)
+            path, (offset, data) = located
+            record = decode(data, path, offset)
+            if transform is not None:
+                record = transform(record)
+            run.yielded += 1
+            yield record
+        run.finished = True
 
 
 class TFRecordDataset(_ShardedDataset):
@@ -171,6 +387,17 @@ class TFRecordDataset(_ShardedDataset):
     ``len(ds)`` is the number of records this *rank* reads per epoch (its share of the
     total, the same whatever ``num_workers`` is); it needs every file indexed and plain,
     and raises ``TypeError`` otherwise. See the module doc for sharding and seeds.
+
+    ``shuffle="global"``: each epoch one permutation of all the records (across files),
+    read ``global_window`` positions at a time. ``state_dict()``/``load_state_dict()``:
+    resume mid-epoch (module doc). ``s3://`` paths are read with range requests
+    (``tfrecord_io.remote_reader``), each object pinned to the ETag it had when listed
+    (``remote_objects``: versions stat'ed already, by URL, as ``from_dataset`` passes them).
+
+    The reading options (``shuffle_queue_size``, ``compression_type``, ``shuffle_files``,
+    ``seed``, ``rank``, ``world_size``, ``check_crc``, ``shuffle``, ``global_window``,
+    ``remote_objects``: ``ReadOptions``) come as keywords, or as one ``options=ReadOptions(...)``;
+    they are on the dataset as ``ds.options``.
     """
 
     def __init__(
@@ -183,24 +410,13 @@ class TFRecordDataset(_ShardedDataset):
         sequence_description: Description = None,
         compression_type: Optional[str] = None,
         *,
-        shuffle_files: bool = False,
-        seed: Optional[int] = None,
-        rank: Optional[int] = None,
-        world_size: Optional[int] = None,
-        check_crc: bool = True,
+        options: Optional[ReadOptions] = None,
+        **read: Unpack[ReadKwargs],
     ) -> None:
-        super().__init__(
-            description,
-            shuffle_queue_size,
-            transform,
-            sequence_description,
-            compression_type,
-            shuffle_files,
-            seed,
-            rank,
-            world_size,
-            check_crc,
+        opts = ReadOptions.gather(
+            options, read, shuffle_queue_size=shuffle_queue_size, compression_type=compression_type
         )
+        super().__init__(opts, description, sequence_description, transform)
         self.data_path = data_path
         self.index_path = index_path
         self._infos: Optional[List[FileInfo]] = None
@@ -214,23 +430,32 @@ class TFRecordDataset(_ShardedDataset):
                 infos = described  # described already (e.g. a slice of a built dataset)
             else:
                 names = cast(List[str], paths)  # path strings: data_path is a PathSpec here
-                infos = describe_files(names, _index_list(self.index_path, names), self.compression_type)
+                infos = self._describe(names, _index_list(self.index_path, names))
+            self._pin_objects(infos)
             self._infos = infos
         return self._infos
 
+    def _identity(self) -> Dict[str, Any]:
+        infos = self.files()
+        return dict(super()._identity(), files=files_digest(infos, self._objects), file_count=len(infos))
+
     def __len__(self) -> int:
-        rank, world = distributed_rank(self.rank, self.world_size)
-        count = shard_count(self.files(), rank, world)
+        count = shard_count(self.files(), *self._rank())
         if count is None:
             raise TypeError("len() needs an index for every file, and uncompressed files")
         return count
 
     def __iter__(self) -> Iterator[Any]:
-        ctx = current_context(self.rank, self.world_size)
-        shared, own = self._seed_keys(ctx, bool(self.shuffle_queue_size or self.shuffle_files))
-        order = self._order(self.files(), make_rng(*shared, "files"), ctx)
-        pieces = plan_shard(order, ctx.shard, ctx.num_shards)
-        return self._finish(self._records(pieces), own)
+        ctx = self._context()
+        start = self._begin(ctx, self.options.randomised)
+        infos = self.files()
+        source: Any
+        if self.options.shuffle == "global":
+            source = self._global_source(infos, start, ctx, None)
+        else:
+            order = self._order(infos, make_rng(*start.keys[0], "files"), ctx)
+            source = self._pieces(plan_shard(order, ctx.shard, ctx.num_shards), start)
+        return self._emit(self._start(ctx, start, source, infos))
 
 
 class MultiTFRecordDataset(_ShardedDataset):
@@ -250,6 +475,11 @@ class MultiTFRecordDataset(_ShardedDataset):
     restarts each source when it ends (an empty one is dropped, never spun on), so
     iteration never ends unless all are empty; ``infinite=False`` reads each record of
     each enabled split exactly once per epoch, and then ``len()`` works when indexed.
+
+    The reading options are ``TFRecordDataset``'s (keywords, or ``options=``), ``s3://``
+    files and resuming included, but for ``shuffle="global"``: the weighted draw decides
+    the order across splits, so there is no one permutation of every record to follow
+    (refused with ``ValueError``).
     """
 
     def __init__(
@@ -264,24 +494,19 @@ class MultiTFRecordDataset(_ShardedDataset):
         compression_type: Optional[str] = None,
         infinite: bool = True,
         *,
-        shuffle_files: bool = False,
-        seed: Optional[int] = None,
-        rank: Optional[int] = None,
-        world_size: Optional[int] = None,
-        check_crc: bool = True,
+        options: Optional[ReadOptions] = None,
+        **read: Unpack[ReadKwargs],
     ) -> None:
-        super().__init__(
-            description,
-            shuffle_queue_size,
-            transform,
-            sequence_description,
-            compression_type,
-            shuffle_files,
-            seed,
-            rank,
-            world_size,
-            check_crc,
+        opts = ReadOptions.gather(
+            options, read, shuffle_queue_size=shuffle_queue_size, compression_type=compression_type
         )
+        if opts.shuffle == "global":
+            raise ValueError(
+                "MultiTFRecordDataset draws its records from the splits by weight, so no order of it is one "
+                "permutation of every record: shuffle='global' does not apply (use shuffle_queue_size and "
+                "shuffle_files here, or a TFRecordDataset over the files with shuffle='global')"
+            )
+        super().__init__(opts, description, sequence_description, transform)
         if splits is not None:
             weights = iterator_utils.check_weights(splits)
             self.weights: Dict[str, float] = {name: w for name, w in zip(splits, weights) if w > 0}
@@ -317,40 +542,46 @@ class MultiTFRecordDataset(_ShardedDataset):
             out = []
             for name, paths in groups.items():
                 weight = self.weights.get(name, 1.0)
-                infos = describe_files(paths, self._split_indexes(name, paths), self.compression_type)
+                infos = self._describe(paths, self._split_indexes(name, paths))
+                self._pin_objects(infos)
                 out.append((name, weight, infos))
             self._sources = out
         return self._sources
 
+    def _identity(self) -> Dict[str, Any]:
+        sources = self.sources()
+        every = [f for _, _, infos in sources for f in infos]
+        return dict(
+            super()._identity(),
+            files=files_digest(every, self._objects),
+            file_count=len(every),
+            splits=[(name, weight) for name, weight, _ in sources],
+            infinite=bool(self.infinite),
+        )
+
     def __len__(self) -> int:
         if self.infinite:
             raise TypeError("an infinite MultiTFRecordDataset has no length; pass infinite=False")
-        rank, world = distributed_rank(self.rank, self.world_size)
         total = 0
         for _, _, infos in self.sources():
-            count = shard_count(infos, rank, world)
+            count = shard_count(infos, *self._rank())
             if count is None:
                 raise TypeError("len() needs an index for every file, and uncompressed files")
             total += count
         return total
 
     def __iter__(self) -> Iterator[Any]:
-        ctx = current_context(self.rank, self.world_size)
-        shared, own = self._seed_keys(ctx)
-        file_rng = make_rng(*shared, "files")
-        iterators: List[Iterator[Any]] = []
-        weights: List[float] = []
-        for _, weight, infos in self.sources():
-            pieces = plan_shard(self._order(infos, file_rng, ctx), ctx.shard, ctx.num_shards)
-            if not pieces:
-                continue
-            opener = partial(self._records, pieces)
-            iterators.append(iterator_utils.cycle(opener) if self.infinite else opener())
-            weights.append(weight)
-        if not iterators:
-            return iter(())
-        it = iterator_utils.sample_iterators(iterators, weights, self.infinite, make_rng(*own, "sample"))
-        return self._finish(it, own)
+        ctx = self._context()
+        start = self._begin(ctx, True)
+        file_rng = make_rng(*start.keys[0], "files")
+        plans: Dict[str, Tuple[float, List[Any]]] = {}
+        every: List[FileInfo] = []
+        for name, weight, infos in self.sources():
+            plans[name] = (weight, plan_shard(self._order(infos, file_rng, ctx), ctx.shard, ctx.num_shards))
+            every += infos
+        rng = make_rng(*start.keys[1], "sample")
+        source = MultiSource(plans, self.infinite, rng, self.options.check_crc, self._objects, start.position)
+        return self._emit(self._start(ctx, start, source, every))
 
 
 class TFRecordIndexedDataset(torch.utils.data.Dataset):

@@ -1,0 +1,1 @@
+"""The build job: config, encoders, manifest rows, placement, and the pipeline."""

@@ -1,0 +1,252 @@
+"""``tfrecord-io``: build, validate, index, inspect, reshard and report on TFRecord datasets.
+
+Each command is an Apache Beam pipeline. Beam's own flags pass straight through
+(``--runner``, ``--direct_num_workers``, ``--flink_master`` ...); without them jobs run
+on the local DirectRunner with 2 worker processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import List, Optional
+
+EPILOG = """Beam pipeline options (e.g. --runner=FlinkRunner --flink_master=[local]) may be
+added to any command; they override the config's runner section.
+A failure ends with a short block: what failed (file, byte offset or row; the job step),
+what state is left, where the log with the full tracebacks is, and the exit status.
+Exit status: 0 success, 1 the job found problems (validate) or failed, 2 bad usage or
+input (found before anything is written), 130 / 143 stopped by Ctrl-C / SIGTERM."""
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-progress", action="store_true", help="do not print progress lines while running")
+    parser.add_argument("--runner-config", metavar="YAML", help="a runner config (configs/flink.yaml ...) to run on")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also show Beam's and the workers' log messages and tracebacks here",
+    )
+    parser.add_argument(
+        "--log-file",
+        metavar="PATH",
+        help="keep the job's log here (default: a new file under $TFRECORD_IO_LOG_DIR or ~/.cache/tfrecord-io/logs, "
+        "kept only when the job fails)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tfrecord-io",
+        description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # so Beam's --runner is never taken for our --runner-config
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    b = sub.add_parser(
+        "build",
+        help="build a dataset from a manifest or directory of media",
+        description=(
+            "Build a TFRecord dataset: read rows from a CSV/JSONL manifest or a root/<label>/<file> tree, "
+            "encode each configured column (image, audio, text, label, ...), split by a hash of the key column, "
+            "shuffle deterministically and write sharded, indexed TFRecord files into a new version directory "
+            "<output>/<version>/. tfrecord_io_info.json is written last and LATEST moved to the new version only "
+            "when everything is in place. Rows that cannot be encoded go to rejected-*.jsonl with the reason."
+        ),
+        epilog=EPILOG,
+        allow_abbrev=False,
+    )
+    b.add_argument("config", help="job config YAML (see configs/)")
+    b.add_argument("--output", help="override output.dir")
+    b.add_argument("--version", help="override output.version (default: a UTC timestamp)")
+    b.add_argument("--num-shards", type=int, help="override sharding.num_shards")
+    b.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override any config field, e.g. --set seed=3"
+    )
+    _common(b)
+
+    v = sub.add_parser(
+        "validate",
+        help="check every record's CRCs, parse against the spec, compare counts and checksums",
+        description=(
+            "Validate TFRecord files or a built dataset. Reads every record with both CRCs checked (one big file "
+            "is split across workers), parses each Example against tfrecord_io_info.json's feature spec when there "
+            "is one, compares record counts and shard checksums with it, and writes a JSON report. "
+            "Exits 1 if anything is wrong, naming each bad file and byte offset."
+        ),
+        epilog=EPILOG,
+        allow_abbrev=False,
+    )
+    v.add_argument("paths", nargs="+", help="a dataset directory (a version or a root with LATEST) or file patterns")
+    v.add_argument("--report", help="write the JSON report here (default: print a summary only)")
+    v.add_argument("--no-checksums", action="store_true", help="skip the SHA-256 check of shard files")
+    _common(v)
+
+    i = sub.add_parser(
+        "index",
+        help="build missing or stale index files, in parallel",
+        description=(
+            "Write the index (offset size per record, the format of the tfrecord package and DALI) of every "
+            "TFRecord file that has none or whose index is stale. Each file is read with CRCs checked first; "
+            "a corrupt file gets no index and is reported."
+        ),
+        epilog=EPILOG,
+        allow_abbrev=False,
+    )
+    i.add_argument("paths", nargs="+", help="files, glob patterns or directories")
+    i.add_argument("--force", action="store_true", help="rebuild every index, even fresh ones")
+    _common(i)
+
+    n = sub.add_parser(
+        "inspect",
+        help="records per file, features, types, value lengths, an inferred spec, sample records",
+        description="Summarise TFRecord files of Examples: counts, feature statistics, inferred spec, first records.",
+        epilog=EPILOG,
+        allow_abbrev=False,
+    )
+    n.add_argument("paths", nargs="+", help="a dataset directory or file patterns")
+    n.add_argument("--head", type=int, default=3, help="show the first N records (default 3)")
+    n.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _common(n)
+
+    r = sub.add_parser(
+        "reshard",
+        help="rewrite N files as M shards; change compression; re-index; filter",
+        description=(
+            "Read TFRecord files (split across workers) and write them as a new set of shards, optionally "
+            "changing compression and keeping only records whose feature matches --where."
+        ),
+        epilog=EPILOG,
+        allow_abbrev=False,
+    )
+    r.add_argument("paths", nargs="+", help="input files, patterns or a dataset directory")
+    r.add_argument(
+        "--output", required=True, help="output prefix, e.g. out/data (shards: out/data-00000-of-00008.tfrecord)"
+    )
+    r.add_argument("--num-shards", type=int, default=0, help="number of output shards (0: let the runner decide)")
+    r.add_argument("--compression", default="", choices=["", "none", "gzip", "zlib"], help="output compression")
+    r.add_argument("--where", metavar="FEATURE=VALUE", help="keep only records whose feature has this value")
+    r.add_argument("--no-index", action="store_true", help="do not write index files")
+    _common(r)
+
+    rp = sub.add_parser(
+        "report",
+        help="one self-contained HTML page showing a dataset: statistics, samples, rejected rows",
+        description=(
+            "Write one HTML file (no network, everything inline) that shows a dataset: records, bytes and shards "
+            "per split, label balance, image sizes and modes, audio durations and sample rates, text lengths, "
+            "numeric histograms, a deterministic sample grid per split and label (thumbnails, waveforms with a "
+            "player, captions), rejected rows grouped by reason, and a validation result. Statistics come from one "
+            "Beam job; the same version always gives the same page."
+        ),
+        epilog=EPILOG,
+        allow_abbrev=False,
+    )
+    rp.add_argument("paths", nargs="+", help="a dataset root (follows LATEST), a version directory, or file patterns")
+    rp.add_argument("--output", required=True, help="the HTML file to write (any Beam filesystem)")
+    rp.add_argument("--split", action="append", metavar="S", help="only this split (repeatable; default: all)")
+    rp.add_argument(
+        "--samples",
+        type=int,
+        default=6,
+        metavar="N",
+        help="samples per split, and per label for labelled data (default 6)",
+    )
+    rp.add_argument("--validation", metavar="JSON", help="a `tfrecord-io validate --report` file to show")
+    _common(rp)
+    from tfrecord_io.pipelines.convert import add_parser as add_convert  # light: the job imports Beam when it runs
+
+    add_convert(sub, _common, EPILOG)
+    return parser
+
+
+READ_ONLY_STATE = {
+    "inspect": ["nothing was written (inspect only reads)"],
+    "validate": ["nothing was written (a --report is written only when validation completes)"],
+    "index": [
+        "indexes are written one by one, each under a temporary name then renamed: "
+        "those done are whole, the others unchanged"
+    ],
+}
+
+
+def _failure_state(args) -> List[str]:
+    state = getattr(args, "failure_state", None)
+    if state is None:
+        return list(READ_ONLY_STATE.get(args.command, ["unknown"]))
+    try:
+        return state()
+    except Exception as err:  # noqa: BLE001 - the block must still print
+        return [f"could not be determined: {err}"]
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    # Newer Beam releases (2.77) log notes on optional dependencies with logging.warning()
+    # when imported, which would configure the root logger and print them on every run;
+    # the job's own log (JobLog, below) takes logging over from here.
+    if not logging.getLogger().handlers:
+        logging.getLogger().addHandler(logging.NullHandler())
+    from tfrecord_io.pipelines.commands import COMMANDS, reshard_state
+    from tfrecord_io.pipelines.runtime.errors import UsageError
+    from tfrecord_io.pipelines.runtime.failures import (
+        EXIT_FAILED,
+        EXIT_USAGE,
+        JobLog,
+        Terminated,
+        WorkerDied,
+        failure_block,
+        format_exception,
+        root_cause,
+        stop_children,
+    )
+
+    parser = build_parser()
+    args, beam_flags = parser.parse_known_args(argv)
+    unknown = [a for a in beam_flags if a.startswith("-") and not a.startswith("--")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    command = COMMANDS[args.command]
+    if args.command == "reshard":
+        args.failure_state = reshard_state(args)
+    with JobLog(args.command, args.verbose, args.log_file) as log:
+        try:
+            return command(args, beam_flags)
+        except UsageError as err:  # the whole family, raised where the problem was found (runtime/errors.py)
+            log.record(format_exception(err))
+            print(
+                failure_block(args.command, str(err), ["nothing was written"], EXIT_USAGE),
+                file=log.terminal,
+            )
+            return EXIT_USAGE
+        except (Exception, KeyboardInterrupt, Terminated, WorkerDied) as err:  # noqa: BLE001 - every failure ends in the failure block
+            log.keep = True
+            log.stopping = True  # worker exits from here on are ours
+            log.record(format_exception(err))
+            stop_children()  # no worker goes on writing after the state below is taken
+            if log.terminated_by is not None and not isinstance(err, Terminated):
+                # a signal stopped the job and something raised on the way out (the
+                # runner's shutdown meeting the stopped workers): the signal is the cause
+                err = Terminated(log.terminated_by)
+            if isinstance(err, WorkerDied):
+                what, where, code = str(err), None, EXIT_FAILED
+            elif isinstance(err, Terminated):
+                what, where, code = f"interrupted: {err}", None, 128 + err.signum
+            elif isinstance(err, KeyboardInterrupt):
+                what, where, code = "interrupted (Ctrl-C)", None, 130
+            else:
+                cause = root_cause(err, log.thread_errors)
+                what, where, code = cause.line, cause.where(), EXIT_FAILED
+            block = failure_block(args.command, what, _failure_state(args), code, where, log.path)
+            log.record(block)
+            if not log.verbose:
+                print(block, file=log.terminal, flush=True)
+            return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The HTML report: the statistics job, charts and media previews, and the page."""
