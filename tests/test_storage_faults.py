@@ -287,7 +287,8 @@ def test_cluster_progress_travels_through_shared_storage_and_says_retrying(own_s
             # above, or, when Beam's retry of it came after (a race), whichever request the
             # poller's round was making (listing the progress directory, looking up or
             # reading one of its files)
-            assert re.search(rf"retrying {re.escape(own_s3.endpoint)}/{bucket}\S*: [\w' ]+ failing for \d+s", line), line
+            retrying = rf"retrying {re.escape(own_s3.endpoint)}/{bucket}\S*: [\w' ]+ failing for \d+s"
+            assert re.search(retrying, line), line
             exiting = time.monotonic()
         assert time.monotonic() - exiting < 20, "the end of the job waited for Beam's retries of the clean-up"
     finally:
