@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import collections
 import glob
+import importlib.util
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -16,7 +19,7 @@ from tfrecord_io.pipelines.build.config import ConfigError, load_config
 from tfrecord_io.pipelines.build.job import run_build
 from tfrecord_io.pipelines.runtime import dataset_dir
 
-from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, build_config, options, run_cli
+from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, build_config, cli_env, options, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -216,6 +219,25 @@ def test_inspect_shows_counts_spec_and_readable_records(built):
     result = json.loads(run_cli("inspect", out, "--json", "--no-progress", *IN_PROCESS, check=True).stdout)
     assert result["records"] == 12
     assert result["inferred_spec"]["image/height"] == {"type": "int", "shape": [], "required": True}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("IPython") is None, reason="IPython is not installed: nothing to skip")
+def test_a_command_does_not_import_ipython_and_lifts_the_refusal_after(built):
+    """Beam's notebook probe (``is_in_ipython`` at every ``Pipeline.apply``) imports
+    IPython where it is installed; a command refuses that import while it runs (it is
+    never inside a notebook) and leaves ``import IPython`` working once it returns."""
+    root, config, out = built
+    code = (
+        "import sys\n"
+        "from tfrecord_io.pipelines.cli import main\n"
+        f"rc = main(['inspect', {out!r}, '--head', '0', '--no-progress', *{IN_PROCESS!r}])\n"
+        "loaded = 'IPython' in sys.modules\n"
+        "import IPython\n"
+        "print(rc, loaded, IPython.get_ipython())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-3:] == ["0", "False", "None"], proc.stdout
 
 
 def test_reshard_preserves_multiset_and_filters(built, tmp_path):

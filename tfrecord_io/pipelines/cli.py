@@ -8,9 +8,10 @@ on the local DirectRunner with 2 worker processes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 EPILOG = """Beam pipeline options (e.g. --runner=FlinkRunner --flink_master=[local]) may be
 added to any command; they override the config's runner section.
@@ -185,7 +186,36 @@ def _failure_state(args) -> List[str]:
         return [f"could not be determined: {err}"]
 
 
+@contextlib.contextmanager
+def _no_ipython_probe() -> Iterator[None]:
+    """Refuse ``import IPython`` while a command runs, unless IPython is already loaded.
+
+    Why: Beam asks ``is_in_ipython()`` whenever a transform is applied to a pipeline,
+    which imports IPython when it is installed (it is, wherever Jupyter is) only to learn
+    that no notebook is running: ~0.25 s of every job's start-up, measured on an idle
+    core (benchmarks/README.md). A command started from a shell is never inside an
+    IPython session; Beam treats the refused import as "not in IPython", which is the
+    answer it would have found. Where IPython is already loaded (``main`` called from a
+    notebook) nothing changes; the refusal is lifted when the command returns.
+    """
+    if "IPython" in sys.modules:
+        yield
+        return
+    # None in sys.modules makes `import IPython` raise ImportError
+    sys.modules["IPython"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if sys.modules.get("IPython", 0) is None:
+            del sys.modules["IPython"]
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    with _no_ipython_probe():
+        return _main(argv)
+
+
+def _main(argv: Optional[List[str]] = None) -> int:
     # Newer Beam releases (2.77) log notes on optional dependencies with logging.warning()
     # when imported, which would configure the root logger and print them on every run;
     # the job's own log (JobLog, below) takes logging over from here.
