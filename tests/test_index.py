@@ -97,7 +97,8 @@ def test_first_at_or_after():
         ("0 20\n0 20\n", "rise"),
         ("0 10\n", ">= 16"),
         ("-5 20\n", "rise"),
-        ("\xff\xfe", "cannot read"),
+        ("\xff\xfe", "not a number: b'\\\\xff\\\\xfe' at byte 0"),  # not text: named, with its byte offset
+        ("0 20\n20 1_6\n", "not a number: b'1_6' at byte 8"),  # Python's int() would take it
         ("0 20\n20 16 x\n", "malformed"),
         ("99999999999999999999 20\n", "malformed"),
         ("   \n", None),  # empty: no records

@@ -16,7 +16,7 @@ from crc32c import crc32c as crc32c_pkg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tfrecord_io import codec, crc, framing, reader, writer
+from tfrecord_io import codec, crc, framing, index, reader, writer
 from tfrecord_io.errors import TFRecordError
 
 try:
@@ -261,6 +261,76 @@ def test_reading_a_file_that_shrank_after_opening(tmp_path):
 def test_encode_frames_equals_python_framing(payloads):
     assert S.encode_frames(payloads) == b"".join(framing.encode_frame(p) for p in payloads)
     assert S.encode_frames([memoryview(p) for p in payloads]) == S.encode_frames(payloads)
+
+
+# -------------------------------------------------------------------- index text
+
+_INDEX_BYTES = st.lists(
+    st.one_of(
+        st.sampled_from(
+            [
+                b" ",
+                b"\n",
+                b"\t",
+                b"\r\n",
+                b"\x0b",
+                b"\x0c",
+                b"+",
+                b"-",
+                b"_",
+                b"1_0",
+                b"007",
+                b"+-5",
+                b"x",
+                b".",
+                b"\xc3\xa9",
+                b"\x00",
+            ]
+        ),
+        st.integers(-(1 << 64), 1 << 64).map(lambda n: str(n).encode()),
+    ),
+    max_size=30,
+).map(b"".join)
+
+
+def _parse_both(data: bytes):
+    """(C result or error message, Python twin's result or error message)."""
+    out = []
+    for parse in (lambda d: np.frombuffer(S.parse_index_numbers(d), dtype=np.int64), index._parse_index_numbers_py):
+        try:
+            out.append(parse(data).tolist())
+        except ValueError as err:
+            out.append(str(err))
+    return out
+
+
+@SETTINGS
+@given(data=_INDEX_BYTES)
+def test_parse_index_numbers_c_equals_python(data):
+    """Numbers, signs, whitespace of every kind, underscores, letters, non-ASCII, numbers
+    past int64: the same numbers, or the same error naming the same token and byte."""
+    compiled, twin = _parse_both(data)
+    assert compiled == twin
+
+
+@SETTINGS
+@given(pairs=st.lists(st.tuples(st.integers(-(1 << 63), (1 << 63) - 1), st.integers(-(1 << 63), (1 << 63) - 1))))
+def test_format_index_equals_python_and_parses_back(pairs):
+    offsets = np.array([p[0] for p in pairs], dtype=np.int64)
+    sizes = np.array([p[1] for p in pairs], dtype=np.int64)
+    text = S.format_index(offsets, sizes)
+    assert text == index.RecordIndex(offsets, sizes)._to_text_py().encode("ascii")
+    numbers = np.frombuffer(S.parse_index_numbers(text), dtype=np.int64)
+    assert numbers[0::2].tolist() == offsets.tolist() and numbers[1::2].tolist() == sizes.tolist()
+
+
+def test_index_text_functions_refuse_bad_arguments():
+    with pytest.raises(ValueError, match="one length"):
+        S.format_index(np.zeros(2, dtype=np.int64), np.zeros(3, dtype=np.int64))
+    with pytest.raises(TypeError):
+        S.format_index(np.zeros(2, dtype=np.int64))
+    with pytest.raises(TypeError):
+        S.parse_index_numbers("0 16")  # text as bytes, as read from the file
 
 
 def test_write_records_with_index_matches_record_by_record(tmp_path):

@@ -611,6 +611,131 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------- index text */
+
+/* The whitespace of Python's bytes.split(): space, \t, \n, \v, \f, \r. */
+static inline int index_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+/* Raise ValueError for the token of buf that starts at `start`, naming it and its byte offset. */
+static PyObject *index_token_error(const uint8_t *buf, Py_ssize_t len, Py_ssize_t start, const char *why) {
+    Py_ssize_t end = start;
+    while (end < len && !index_space(buf[end]) && end - start < 40) end++;
+    PyObject *token = PyBytes_FromStringAndSize((const char *)buf + start, end - start);
+    if (token) {
+        PyErr_Format(PyExc_ValueError, "%s %R at byte %zd", why, token, start);
+        Py_DECREF(token);
+    }
+    return NULL;
+}
+
+/* parse_index_numbers(text) -> bytes: every whitespace-separated number of an index file's
+   text, in order, as native int64s. A number is an optional sign and ASCII digits that fit
+   int64; anything else raises ValueError naming the token and its byte offset. Twin:
+   index._parse_index_numbers_py. */
+static PyObject *py_parse_index_numbers(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    Py_ssize_t len = view.len, i = 0, count = 0;
+    /* at most one number per two bytes (a digit and a separator) */
+    PyObject *out = PyBytes_FromStringAndSize(NULL, ((len + 1) / 2) * (Py_ssize_t)sizeof(int64_t));
+    if (!out) goto fail;
+    char *w = PyBytes_AS_STRING(out);
+    while (i < len) {
+        if (index_space(buf[i])) {
+            i++;
+            continue;
+        }
+        Py_ssize_t start = i;
+        int negative = 0;
+        if (buf[i] == '+' || buf[i] == '-') negative = buf[i++] == '-';
+        Py_ssize_t digits = i;
+        uint64_t value = 0;
+        int overflow = 0;
+        for (; i < len && buf[i] >= '0' && buf[i] <= '9'; i++) {
+            unsigned d = (unsigned)(buf[i] - '0');
+            if (value > (UINT64_MAX - d) / 10)
+                overflow = 1;
+            else
+                value = value * 10 + d;
+        }
+        if (i == digits || (i < len && !index_space(buf[i]))) {
+            index_token_error(buf, len, start, "not a number:");
+            goto fail;
+        }
+        if (overflow || value > (negative ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX)) {
+            index_token_error(buf, len, start, "number out of the int64 range:");
+            goto fail;
+        }
+        int64_t number = negative ? (int64_t)(0 - value) : (int64_t)value;
+        memcpy(w + count * (Py_ssize_t)sizeof(int64_t), &number, sizeof number);
+        count++;
+    }
+    PyBuffer_Release(&view);
+    if (_PyBytes_Resize(&out, count * (Py_ssize_t)sizeof(int64_t)) < 0) return NULL;
+    return out;
+fail:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* Decimal digits of v at w; returns how many. */
+static inline Py_ssize_t index_put_int(char *w, int64_t v) {
+    char tmp[24];
+    Py_ssize_t n = 0, k = 0;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) w[k++] = '-';
+    while (n) w[k++] = tmp[--n];
+    return k;
+}
+
+/* format_index(offsets, sizes) -> bytes: "offset size\n" per record, from two int64
+   buffers of the same length (the index file's text). Twin: RecordIndex._to_text_py. */
+static PyObject *py_format_index(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "format_index(offsets, sizes)");
+        return NULL;
+    }
+    Py_buffer a, b;
+    if (PyObject_GetBuffer(args[0], &a, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &b, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&a);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (a.len != b.len || a.len % (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "format_index: offsets and sizes must be int64 buffers of one length");
+        goto done;
+    }
+    Py_ssize_t n = a.len / (Py_ssize_t)sizeof(int64_t);
+    if (n > PY_SSIZE_T_MAX / 42) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, n * 42); /* two int64s of at most 20 chars, ' ', '\n' */
+    if (!out) goto done;
+    char *w = PyBytes_AS_STRING(out), *start = w;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t off, size;
+        memcpy(&off, (const char *)a.buf + i * 8, 8);
+        memcpy(&size, (const char *)b.buf + i * 8, 8);
+        w += index_put_int(w, off);
+        *w++ = ' ';
+        w += index_put_int(w, size);
+        *w++ = '\n';
+    }
+    if (_PyBytes_Resize(&out, w - start) < 0) out = NULL;
+done:
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    return out;
+}
+
 /* ------------------------------------------------------------- protobuf helpers */
 
 typedef struct {
@@ -1387,6 +1512,10 @@ static PyMethodDef methods[] = {
     {"scan_frames", (PyCFunction)(void (*)(void))py_scan_frames, METH_FASTCALL,
      "scan_frames(buf, pos, stop, check_crc, out) -> (pos, status); see framing._scan_frames_py."},
     {"encode_frames", py_encode_frames, METH_O, "encode_frames(payloads) -> bytes of their frames."},
+    {"parse_index_numbers", py_parse_index_numbers, METH_O,
+     "parse_index_numbers(text) -> bytes of the int64s of an index file's text; see index._parse_index_numbers_py."},
+    {"format_index", (PyCFunction)(void (*)(void))py_format_index, METH_FASTCALL,
+     "format_index(offsets, sizes) -> index file text (int64 buffers); see RecordIndex._to_text_py."},
     {"encode_example", (PyCFunction)(void (*)(void))py_encode_example, METH_FASTCALL,
      "encode_example(datum, type_map) -> deterministic Example bytes, or None to use upb."},
     {"parse_examples", (PyCFunction)(void (*)(void))py_parse_examples, METH_FASTCALL,

@@ -1302,11 +1302,7 @@ def describe(
     if index_path:
         if kind:
             raise IndexFileError(f"an index cannot describe a {kind.upper()} file; pass index_path=None for it", path)
-        try:
-            text = read_object(index_path).decode("ascii")
-        except UnicodeDecodeError as err:
-            raise IndexFileError(f"cannot read index: {err}", index_path) from None
-        index = parse_index(text, index_path)
+        index = parse_index(read_object(index_path), index_path)
         if not index.matches(obj.size):
             raise IndexFileError(
                 f"index {index_path} does not describe this object (stale or for another file: it covers "
