@@ -502,8 +502,13 @@ def private_tmp_pool(shared_dir):
                 "private",
                 "sh",
                 "-c",
-                f"mount -t tmpfs tmpfs /tmp && exec {sys.executable} -m tfrecord_io.pipelines.runtime.worker_pool "
+                # the checkout stays visible when it was cloned under /tmp (bound back, as
+                # scripts/cluster does): the pool runs it, as a worker machine has it installed
+                f'exec 4<"$0" && mount -t tmpfs tmpfs /tmp && case "$0" in /tmp/*) mkdir -p "$0" && '
+                f'mount --no-canonicalize --bind /proc/self/fd/4 "$0";; esac && exec 4<&- && '
+                f"exec {sys.executable} -m tfrecord_io.pipelines.runtime.worker_pool "
                 f"--address 127.0.0.1:{port} --container-executable {boot}",
+                repo,
             ],
             env=dict(os.environ, PYTHONPATH=repo),
             stdout=log,
