@@ -67,7 +67,6 @@ import apache_beam as beam
 import numpy as np
 from apache_beam import coders
 from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsList
 from apache_beam.transforms import window
@@ -148,7 +147,7 @@ def _shard_regex(prefix: str, suffix: str, template: str) -> re.Pattern[str]:
 def _existing_shards(prefix: str, suffix: str, template: str) -> List[str]:
     """Final-name files of this prefix/template now present (data files only)."""
     pattern = _shard_regex(prefix, suffix, template)
-    found = FileSystems.match([prefix + "*" + suffix])[0].metadata_list
+    found = files.beam_filesystems().match([prefix + "*" + suffix])[0].metadata_list
     return sorted(m.path for m in found if pattern.match(m.path))
 
 
@@ -201,7 +200,7 @@ def _ensure_dir(path: str) -> None:
     """Create ``path`` if absent; tolerate a parallel worker creating it first."""
     if files.is_remote(path):
         try:
-            FileSystems.mkdirs(path)
+            files.beam_filesystems().mkdirs(path)
         except OSError:
             pass  # object stores have no directories; "exists" is fine
         return
@@ -218,7 +217,7 @@ class _WriteSpec:
 
     def open(self, name: str) -> Tuple[RecordWriter, str, Optional[str]]:
         _ensure_dir(self.temp_dir)
-        path = FileSystems.join(self.temp_dir, name)
+        path = files.beam_filesystems().join(self.temp_dir, name)
         index_path = index_path_for(path) if self.write_index else None
         return RecordWriter(path, self.compression, index_path=index_path), path, index_path
 
@@ -387,14 +386,15 @@ def _rename(src: str, dst: str) -> None:
     own folder and only this rename removes them, so a missing ``src`` whose ``dst``
     exists was moved by the earlier attempt: done, and ``dst`` is kept (deleting it first
     and then failing on the missing ``src`` would lose a finished shard)."""
-    if not FileSystems.exists(src) and FileSystems.exists(dst):
+    fs = files.beam_filesystems()
+    if not fs.exists(src) and fs.exists(dst):
         return
     if not files.is_remote(dst):
         os.replace(src, dst)  # atomic, and overwrites an existing file on every OS
     else:
-        if FileSystems.exists(dst):
-            FileSystems.delete([dst])
-        FileSystems.rename([src], [dst])
+        if fs.exists(dst):
+            fs.delete([dst])
+        fs.rename([src], [dst])
 
 
 def _finalize(
@@ -429,19 +429,20 @@ def _finalize(
         final_index = index_path_for(final) if result["temp_index_path"] else None
         if final_index:
             _rename(result["temp_index_path"], final_index)
-        elif FileSystems.exists(index_path_for(final)):  # an old index must not describe new data
-            FileSystems.delete([index_path_for(final)])
+        elif files.beam_filesystems().exists(index_path_for(final)):  # an old index must not describe new data
+            files.beam_filesystems().delete([index_path_for(final)])
         _rename(result["temp_path"], final)
         outputs.append(
             {"path": final, "index_path": final_index, "records": result["records"], "bytes": result["bytes"]}
         )
     keep = {o["path"] for o in outputs}
     stale = [p for p in _existing_shards(prefix, suffix, template) if p not in keep]
+    fs = files.beam_filesystems()
     for path in stale:
-        doomed = [path] + [index_path_for(path)] * FileSystems.exists(index_path_for(path))
-        FileSystems.delete(doomed)
-    if FileSystems.exists(spec.temp_dir):
-        FileSystems.delete([spec.temp_dir])
+        doomed = [path] + [index_path_for(path)] * fs.exists(index_path_for(path))
+        fs.delete(doomed)
+    if fs.exists(spec.temp_dir):
+        fs.delete([spec.temp_dir])
     yield from outputs
 
 
@@ -535,7 +536,7 @@ class WriteToTFRecord(beam.PTransform):
         directory = (
             os.path.dirname(self._prefix) if not files.is_remote(self._prefix) else self._prefix.rsplit("/", 1)[0]
         )
-        temp_dir = FileSystems.join(directory or ".", f".tfrecord-io-temp-{uuid.uuid4().hex}")
+        temp_dir = files.beam_filesystems().join(directory or ".", f".tfrecord-io-temp-{uuid.uuid4().hex}")
         spec = _WriteSpec(temp_dir, self._compression, self._write_index)
         results = self._write(pcoll, spec)
         return (

@@ -59,18 +59,23 @@ def is_remote(path: str) -> bool:
     return bool(sep) and head.isalnum() and len(head) > 1 and head.lower() != "file"
 
 
-def _beam_filesystems():
+def beam_filesystems():
+    """Beam's ``FileSystems``, for remote paths, with this process made ready for them:
+    every use of Beam's filesystems in this package goes through here."""
     try:
         from apache_beam.io.filesystems import FileSystems
     except ImportError as err:  # pragma: no cover - Beam is a hard dependency (pyproject.toml)
         raise TFRecordError(
             "remote paths need Apache Beam's FileSystems: pip install apache-beam[gcp|aws|...]"
         ) from err
-    from . import storage_retry
+    from . import s3_clients, storage_retry
 
     # Beam retries a failing store for up to ~10 minutes per request, silently: bound
     # it and report it (see tfrecord_io/storage_retry.py).
     storage_retry.install()
+    # Beam's S3 filesystem makes a new boto3 session and client per call: one per
+    # process instead (see tfrecord_io/s3_clients.py).
+    s3_clients.install()
     return FileSystems
 
 
@@ -86,7 +91,7 @@ def open_raw(path: str, mode: str = "rb") -> BinaryIO:
     if is_remote(path):
         from apache_beam.io.filesystem import CompressionTypes
 
-        fs = _beam_filesystems()
+        fs = beam_filesystems()
         if "r" in mode:
             return fs.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
         return cast(BinaryIO, _EmptySafeWriter(fs.create(path, compression_type=CompressionTypes.UNCOMPRESSED)))
@@ -153,7 +158,7 @@ def file_size(path: str) -> int:
         from apache_beam.io.filesystem import BeamIOError
 
         try:
-            found = _beam_filesystems().match([path])[0].metadata_list
+            found = beam_filesystems().match([path])[0].metadata_list
         except BeamIOError as err:
             if _storage_error(err) is not err:
                 raise _storage_error(err) from err
@@ -169,7 +174,7 @@ def exists(path: str) -> bool:
     if is_remote(path):
         from apache_beam.io.filesystem import BeamIOError
 
-        fs = _beam_filesystems()
+        fs = beam_filesystems()
         try:
             return fs.exists(path)
         except BeamIOError as err:
@@ -184,7 +189,7 @@ def glob(pattern: str) -> List[str]:
     if is_remote(pattern):
         from apache_beam.io.filesystem import BeamIOError
 
-        fs = _beam_filesystems()
+        fs = beam_filesystems()
         try:
             result = fs.match([pattern])[0]
         except BeamIOError as err:
@@ -216,7 +221,7 @@ def check_filesystem(path: str) -> None:
     if not is_remote(path):
         return
     try:
-        _beam_filesystems().get_filesystem(path)
+        beam_filesystems().get_filesystem(path)
     except ValueError as err:
         scheme = str(path).split("://", 1)[0]
         hint = {"s3": "apache-beam[aws]", "gs": "apache-beam[gcp]", "hdfs": "apache-beam with --hdfs_host"}.get(scheme)
@@ -284,7 +289,7 @@ def delete(paths: List[str]) -> None:
         from apache_beam.io.filesystem import BeamIOError
 
         try:
-            _beam_filesystems().delete(remote)
+            beam_filesystems().delete(remote)
         except BeamIOError as err:
             real = {
                 p: e
@@ -341,7 +346,7 @@ def stat_many(paths: List[str]) -> Dict[str, Optional[Tuple[int, float]]]:
         except OSError:
             out[p] = None
     if remote_by_parent:
-        fs = _beam_filesystems()
+        fs = beam_filesystems()
         for parent, wanted in sorted(remote_by_parent.items()):
             found = {}
             for meta in fs.match([parent + "/*"])[0].metadata_list:

@@ -458,7 +458,7 @@ def directory_pattern(root: str, pattern: str = "*", within: str = "*") -> str:
 def check_directory(root: str, pattern: str = "*") -> None:
     """Before anything is written: at least one file matches ``root/<label>/<pattern>``
     (Beam's match, stopped at the first hit)."""
-    from apache_beam.io.filesystems import FileSystems
+    FileSystems = files.beam_filesystems()
 
     if not files.is_remote(root) and not os.path.isdir(root):
         raise InputError(f"input directory {root} does not exist")
@@ -512,7 +512,7 @@ class _ListFiles(beam.DoFn):
         self._batch = batch_rows
 
     def process(self, within: str):
-        from apache_beam.io.filesystems import FileSystems
+        FileSystems = files.beam_filesystems()
 
         # "*" in the folder's place only for an object store; a local label is a name,
         # its glob characters escaped as one-character classes

@@ -215,7 +215,7 @@ def run_report(
     workers=None,
 ) -> ReportSummary:
     """Resolve the input, run the statistics job, write the page."""
-    from apache_beam.io.filesystems import FileSystems
+    FileSystems = files.beam_filesystems()
 
     from tfrecord_io.pipelines.report.media import require_matplotlib
     from tfrecord_io.pipelines.report.stats import run_stats_job

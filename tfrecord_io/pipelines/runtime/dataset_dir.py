@@ -442,7 +442,7 @@ def use_filesystems(options, paths: Iterable[str] = ()) -> None:
     """Give Beam's FileSystems this job's options in the launching process (an S3
     endpoint and credentials from ``--s3_*`` flags...), and refuse, as a usage error,
     any path no filesystem here can open - before anything is read or written."""
-    from apache_beam.io.filesystems import FileSystems
+    FileSystems = files.beam_filesystems()
 
     FileSystems.set_options(options)
     for path in paths:
