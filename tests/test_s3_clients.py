@@ -12,7 +12,7 @@ import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_io import files, s3_clients
+from tfrecord_io import files, s3_clients, storage_retry
 
 
 @pytest.fixture
@@ -84,6 +84,30 @@ def test_other_options_get_another_client(s3_server, s3_bucket, s3_options):
         S3FileSystem(PipelineOptions(wrong)).size(s3_bucket + "/x")
     assert _made_and_shared()[0] == made + 1
     assert files.read_bytes(s3_bucket + "/x") == b"x"
+
+
+def test_credentials_from_the_environment_are_part_of_the_key(s3_server, s3_bucket, monkeypatch):
+    """Options without credentials: boto3 takes them from the AWS_* environment when it
+    makes a client. A client made without them is not used once they are set (it would
+    fail with "Unable to locate credentials"), nor the other way round."""
+    from apache_beam.io.aws.s3filesystem import S3FileSystem
+
+    s3_server.client().put_object(Bucket=s3_bucket[len("s3://") :], Key="e", Body=b"env")
+    bare = PipelineOptions([f"--s3_endpoint_url={s3_server.endpoint}", "--s3_disable_ssl"])
+    files.beam_filesystems()
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    storage_retry.set_storage_timeout(3)  # Beam retries "Unable to locate credentials" like a server error
+    try:
+        with pytest.raises(Exception, match="(?i)unable to locate credentials"):
+            S3FileSystem(bare).size(s3_bucket + "/e")
+    finally:
+        storage_retry.set_storage_timeout(None)
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    assert S3FileSystem(bare).size(s3_bucket + "/e") == 3
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")

@@ -18,8 +18,11 @@ keeps the botocore client it made; later ones get that client plus a fresh copy 
 rest of what Beam's constructor sets up (the state of one open download: ``None``, ``0``),
 so each open file still has its own download stream. botocore clients are thread-safe;
 a process never shares one with another (a forked worker makes its own: the process id
-is part of the key). Credentials are resolved by the client as before (a client keeps
-refreshing refreshable credentials itself).
+is part of the key). What boto3 takes from the environment when the options leave it
+out (``AWS_*`` variables: credentials, endpoint, region, profile) is part of the key
+too, so a client is never used under other variables than it was made with;
+credentials are resolved by the client as before (a client keeps refreshing
+refreshable credentials itself).
 
 If Beam's constructor sets up anything but plain values besides the client (a later
 Beam that keeps more per wrapper), nothing is shared: every wrapper is made by Beam, as
@@ -67,7 +70,11 @@ def _key(options: Any) -> Optional[Tuple[Any, ...]]:
             return None
     except Exception:  # noqa: BLE001 - an options object we do not understand: Beam makes the client
         return None
-    return (os.getpid(), *map(str, values))
+    # boto3 fills in what the options leave out from the AWS_* environment (credentials,
+    # endpoint, region, profile, config files): a client made under other variables is
+    # another client
+    environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    return (os.getpid(), *map(str, values), environment)
 
 
 def _sharing_init(original: Callable[..., None]) -> Callable[..., None]:
