@@ -35,8 +35,9 @@ fail the job naming the file and byte offset. The plan is made in the launcher
 because choosing between the two paths needs every index anyway (one that is missing
 or stale sends the job down the batched path, which needs none); it holds one index at
 a time and keeps only each file's count (memory grows with files, not records), but it
-does read every index, so its time grows with the records (about 0.16 CPU-s at
-1,000,000). A planning stage in the pipeline would move that read to the workers.
+does read every index, so its time grows with the records (0.04 CPU-s at 1,000,000
+in 16 files, the index text parsed by the compiled core; 0.36 before it). A planning
+stage in the pipeline would move that read to the workers.
 """
 
 from __future__ import annotations
