@@ -35,6 +35,11 @@ TIMEOUT_S = 20
 # The timeout + one attempt (~7 s of boto3 retries) + the job failing and its workers
 # stopping; Beam alone takes at least 318 s.
 BOUND_S = TIMEOUT_S + 60
+# Rows of the build the store is stopped under: enough that its pipeline runs on for
+# seconds after its first progress line (the cue to stop the store). Measured with one
+# S3 client per process: 240 rows ended before any progress line; 1,200 rows printed
+# the first at 5.7 s and ended at 13.3 s.
+STOPPED_BUILD_ROWS = 1200
 
 
 @pytest.fixture
@@ -124,7 +129,7 @@ def test_s3_server_stopped_during_a_build_is_reported_within_the_bound(own_s3, d
     once the version is claimed. The build ends (exit 1) within the bound, its message
     names the store, its progress said "retrying" meanwhile, and nothing was published."""
     logging.getLogger(__name__).info("versitygw at %s", own_s3.endpoint)
-    _, demo = demo_media(24)
+    _, demo = demo_media(STOPPED_BUILD_ROWS)
     bucket = own_s3.make_bucket()
     config = own_s3.upload_demo(demo, f"s3://{bucket}/demo", str(tmp_path / "build.yaml"))
     out = f"s3://{bucket}/ds"
