@@ -213,6 +213,19 @@ def s3_bucket(s3_server: S3Server) -> str:
     return "s3://" + s3_server.make_bucket()
 
 
+@pytest.fixture
+def s3_options(s3_server: S3Server):
+    """Beam's filesystems pointed at the session's server (its endpoint and keys) for
+    the test, reset after it."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    options = PipelineOptions(s3_server.pipeline_args())
+    FileSystems.set_options(options)
+    yield options
+    FileSystems.set_options(PipelineOptions([]))
+
+
 class CuttingProxy:
     """A TCP proxy on 127.0.0.1 in front of the S3 server that can break responses off:
     the first ``cuts`` connections (all of them with ``cuts=None``) are closed after

@@ -9,18 +9,9 @@ import os
 import threading
 
 import pytest
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrecord_io import files, s3_clients, storage_retry
-
-
-@pytest.fixture
-def s3_options(s3_server):
-    options = PipelineOptions(s3_server.pipeline_args())
-    FileSystems.set_options(options)
-    yield options
-    FileSystems.set_options(PipelineOptions([]))
 
 
 def _made_and_shared():

@@ -14,14 +14,6 @@ from tfrecord_io import files
 from beam_support import MULTI
 
 
-@pytest.fixture
-def s3_options(s3_server):
-    options = PipelineOptions(s3_server.pipeline_args())
-    FileSystems.set_options(options)
-    yield options
-    FileSystems.set_options(PipelineOptions([]))
-
-
 def test_bucket_is_fresh_and_served_from_root_dir(s3_server, s3_bucket, s3_options):
     assert files.glob(s3_bucket + "/*") == []
     with files.open_raw(s3_bucket + "/a/b.bin", "wb") as f:
