@@ -118,6 +118,11 @@ def test_timeout_zero_leaves_beams_retries_alone(own_s3, s3_options):
             time.sleep(0.2)
         assert len(events) >= 2 and not done.is_set(), events  # still retrying: nothing cut it short
         assert events[-1]["timeout"] == 0
+        # A timeout set while the request retries ends it at its next retry. (Without
+        # this the thread went on retrying for minutes into the next tests, and its
+        # notes, reaching every listener of the process, took over their progress lines.)
+        storage_retry.set_storage_timeout(1)
+        assert done.wait(90), "the request kept retrying after a timeout was set"
     finally:
         storage_retry.remove_listener(events.append)
         storage_retry.set_storage_timeout(None)
