@@ -20,8 +20,9 @@ Then, each in its own process (so CPU seconds are that process's and its childre
 - every job through the CLI (``python -m tfrecord_io.pipelines``) with the Beam flags
   given after ``--`` (default: DirectRunner, 2 workers, multi_processing), or the
   runner section of ``--runner-config``; ``reshard`` takes the slice path (the shards
-  are indexed), ``reshard-batched`` the batched path (the same files, hard-linked into
-  a folder without their indexes); after each, the records in each of its 4 shards;
+  are indexed), ``reshard-unindexed`` the scanned path (the same files, hard-linked into
+  a folder without their indexes: the plan is made in the pipeline by scanning them);
+  after each, the records in each of its 4 shards;
 - Beam's fixed start-up: the same job over a 16-record copy of the dataset (the
   "after start-up" column subtracts it);
 - the single-process loops over our own core that issue #24 names: ``example_loader``
@@ -194,7 +195,7 @@ def shard_files(root: str) -> List[str]:
 
 def unindexed_copy(root: str, to: str) -> str:
     """Hard links to the shards of ``root`` in ``to``, without their indexes (so reshard
-    takes its batched path over the very same bytes); a pattern matching them."""
+    plans in the pipeline by scanning the very same bytes); a pattern matching them."""
     if not os.path.isdir(to):
         os.makedirs(to + ".tmp", exist_ok=True)
         for path in shard_files(root):
@@ -280,7 +281,7 @@ def job_command(job: str, root: str, work: str, flags: List[str], tag: str) -> L
         return [*cli, "inspect", root, "--head", "0", "--no-progress", *flags]
     if job == "report":
         return [*cli, "report", root, "--output", os.path.join(work, f"report-{tag}.html"), "--no-progress", *flags]
-    if job in ("reshard", "reshard-batched"):
+    if job in ("reshard", "reshard-unindexed"):
         source = root if job == "reshard" else unindexed_copy(root, root + "-unindexed")
         out = reshard_prefix(work, job, tag)
         return [*cli, "reshard", source, "--output", out, "--num-shards", "4", "--no-progress", *flags]
@@ -306,7 +307,7 @@ LOOP_NAMES = {
     "inspect": "example_loader (both CRCs) + SHA-256 per file",
     "report": "example_loader (both CRCs) + SHA-256 per file",
     "reshard": "tfrecord_iterator into 4 RecordWriters",
-    "reshard-batched": "tfrecord_iterator into 4 RecordWriters",
+    "reshard-unindexed": "tfrecord_iterator into 4 RecordWriters",
     "index": "create_index per file",
 }
 
@@ -315,7 +316,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--dataset", choices=sorted(DATASETS), default="numeric", help="see above")
-    parser.add_argument("--jobs", default="validate,reshard,reshard-batched,inspect,report,index")
+    parser.add_argument("--jobs", default="validate,reshard,reshard-unindexed,inspect,report,index")
     parser.add_argument("--runner-config", default=None, help="a runner config YAML (e.g. configs/flink-cluster.yaml)")
     parser.add_argument("--workdir", default=None, help="keep the generated dataset here (reused if present)")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each case; the median is shown")

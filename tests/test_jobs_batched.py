@@ -241,7 +241,7 @@ def test_report_batch_statistics_of_images_and_audio(tmp_path):
 # --------------------------------------------------------------------------- reshard: even, placed by position
 
 
-def _dataset(root, distinct: int, n: int = 100_000, files: int = 16, indexed: bool = False):
+def _dataset(root, distinct: int, n: int = 100_000, files: int = 16, indexed: bool = False, gzip: bool = False):
     image = b"\x89PNG" + b"x" * 60  # one image; one label, four labels, or a distinct id per record
     contents = [
         serialize_example({"image": image, "label": k % 4, **({"id": k} if distinct > 4 else {})})
@@ -249,11 +249,12 @@ def _dataset(root, distinct: int, n: int = 100_000, files: int = 16, indexed: bo
     ]
     os.makedirs(root)
     per = n // files
+    suffix = ".tfrecord.gz" if gzip else ".tfrecord"
     for f in range(files):
-        path = os.path.join(root, f"in-{f:02d}.tfrecord")
-        with RecordWriter(path, index_path=path + ".index" if indexed else None) as w:
+        path = os.path.join(root, f"in-{f:02d}{suffix}")
+        with RecordWriter(path, "gzip" if gzip else None, index_path=path + ".index" if indexed else None) as w:
             w.write_records([contents[(f * per + i) % distinct] for i in range(per)])
-    return sorted(glob.glob(os.path.join(root, "*.tfrecord")))
+    return sorted(glob.glob(os.path.join(root, "*" + suffix)))
 
 
 def _shards(prefix):
@@ -262,17 +263,24 @@ def _shards(prefix):
 
 
 @pytest.mark.parametrize(
-    "distinct,indexed",
-    [(1, False), (4, False), (100_000, False), (1, True)],
-    ids=["one-content-batched", "four-contents-batched", "distinct-batched", "one-content-slices"],
+    "distinct,indexed,gzip",
+    [(1, False, True), (4, False, True), (100_000, False, True), (1, True, False), (4, False, False)],
+    ids=[
+        "one-content-batched",
+        "four-contents-batched",
+        "distinct-batched",
+        "one-content-slices",
+        "four-contents-scanned",
+    ],
 )
-def test_reshard_is_even_whatever_the_records_hold_and_placed_by_position(tmp_path, distinct, indexed):
+def test_reshard_is_even_whatever_the_records_hold_and_placed_by_position(tmp_path, distinct, indexed, gzip):
     """100,000 records into 4 shards: every shard within 1% of the mean, for one record
     repeated (any placement by a hash of the bytes puts them all in one shard), for four
     distinct contents (one image, four labels: all copies of one record once went to one
-    shard) and for distinct records; on the batched path (no indexes) and on the slice
-    path (indexed inputs); the same shards on one and on two workers."""
-    inputs = _dataset(str(tmp_path / "in"), distinct, indexed=indexed)
+    shard) and for distinct records; on the batched path (GZIP inputs: no byte offsets to
+    slice at), the slice path (indexed inputs) and the scanned path (uncompressed, no
+    indexes); the same shards on one and on two workers."""
+    inputs = _dataset(str(tmp_path / "in"), distinct, indexed=indexed, gzip=gzip)
     assert (slice_plan(inputs, 4, None) is not None) == indexed  # the path the case is about
     before = collections.Counter(bytes(r) for p in inputs for r in tfrecord_io.tfrecord_iterator(p))
     out = {}
@@ -381,7 +389,11 @@ def test_reshard_slices_with_compressed_output(tmp_path):
     assert not glob.glob(prefix + "*.index")
 
 
-def test_reshard_takes_the_batched_path_for_where_and_for_missing_or_stale_indexes(tmp_path):
+def test_reshard_plans_in_the_launcher_only_with_a_shard_count_no_where_and_sound_indexes(tmp_path):
+    """``--where`` (records must be parsed), no fixed shard count, a missing index or a
+    stale one: no launcher plan. With a stale index the job scans the files in the
+    pipeline (the scanned path): the records appended after indexing are there, and
+    the shards are the slices in path order, as with sound indexes."""
     inputs, records = _indexed_dataset(str(tmp_path / "in"), [400, 400])
     assert slice_plan(inputs, 4, ("label", "1")) is None  # --where parses records
     assert slice_plan(inputs, 0, None) is None  # no fixed shard count
@@ -395,8 +407,40 @@ def test_reshard_takes_the_batched_path_for_where_and_for_missing_or_stale_index
     prefix = str(tmp_path / "out" / "part")
     result = run_reshard(inputs, prefix, options(IN_PROCESS), num_shards=4, progress=False)
     assert result["records"] == 802  # the stale index hid nothing
-    got = collections.Counter(bytes(r) for s in _shard_files(prefix) for r in tfrecord_io.tfrecord_iterator(s))
-    assert got == collections.Counter(records + [b"late-1", b"late-2"])
+    everything = records + [b"late-1", b"late-2"]
+    got = [[bytes(r) for r in tfrecord_io.tfrecord_iterator(s)] for s in _shard_files(prefix)]
+    assert got == [everything[k * 802 // 4 : (k + 1) * 802 // 4] for k in range(4)]
+
+
+def test_reshard_scanned_path_gives_the_slice_paths_bytes_without_indexes(tmp_path):
+    """Uncompressed inputs without indexes are scanned in the pipeline (frame offsets
+    only cross the runner, no record): the same shard files, byte for byte, as the
+    launcher's plan from indexes gives, on one and on two workers; with fewer records
+    than shards every shard is still written (the empty ones empty)."""
+    counts = [1000 + 37 * f for f in range(7)]
+    inputs, records = _indexed_dataset(str(tmp_path / "in"), counts)
+    from_indexes = str(tmp_path / "indexed" / "part")
+    run_reshard(inputs, from_indexes, options(IN_PROCESS), num_shards=4, progress=False)
+    want = [open(s, "rb").read() for s in _shard_files(from_indexes)]
+    assert len(want) == 4
+    for path in inputs:
+        os.remove(path + ".index")
+    assert slice_plan(inputs, 4, None) is None
+    for name, flags in (("one", IN_PROCESS), ("two", TWO_WORKERS)):
+        prefix = str(tmp_path / name / "part")
+        result = run_reshard(inputs, prefix, options(flags), num_shards=4, progress=False)
+        assert result["records"] == len(records)
+        shards = _shard_files(prefix)
+        assert [open(s, "rb").read() for s in shards] == want, name
+        for shard in shards:
+            assert load_index(shard + ".index").matches(os.path.getsize(shard))
+    few, few_records = _indexed_dataset(str(tmp_path / "few"), [3])
+    os.remove(few[0] + ".index")
+    prefix = str(tmp_path / "few-out" / "part")
+    result = run_reshard(few, prefix, options(TWO_WORKERS), num_shards=5, progress=False)
+    got = [[bytes(r) for r in tfrecord_io.tfrecord_iterator(s)] for s in _shard_files(prefix)]
+    assert got == [[], few_records[0:1], [], few_records[1:2], few_records[2:3]]
+    assert result["records"] == 3
 
 
 def test_reshard_where_with_indexed_inputs_keeps_only_matching_records(tmp_path):
