@@ -208,10 +208,6 @@ def assert_same_build(version_dir: str, reference_dir: str) -> None:
     assert comparable_info(version_dir) == comparable_info(reference_dir)
 
 
-def records_by_file(paths: List[str], root: str) -> Dict[str, Counter]:
-    return {os.path.relpath(p, root): Counter(bytes(r) for _, r in read_records(p)) for p in paths}
-
-
 # Jobs whose results came back to the launcher through a folder in *its* /tmp
 # (tfrecord-io-results-*) failed on a cluster whose processes have their own /tmp: the SDK
 # workers wrote the result files into theirs and the launcher found nothing. Results now
@@ -454,13 +450,25 @@ def test_reshard_on_the_cluster(cluster, s3_server, cluster_dataset):
         "reshard", root, "--output", f"{out}/direct/data", "--num-shards", "3", *on_direct_runner(s3_server), cwd=REPO
     )
     assert direct.returncode == 0, direct.stderr
-    # A shard's records are chosen by their CRC (the same on every runner); their order
-    # within the shard is the order the runner delivers them in, so compare contents.
+    # The built shards are indexed: the slice path, whose shards are the same bytes on
+    # every runner.
     local = s3_server.object_path(out)
-    got = records_by_file(sorted(globlib.glob(f"{local}/cluster/data-*-of-00003*.tfrecord")), f"{local}/cluster")
-    want = records_by_file(sorted(globlib.glob(f"{local}/direct/data-*-of-00003*.tfrecord")), f"{local}/direct")
-    assert len(got) == 3 and sum(sum(c.values()) for c in got.values()) == 24
-    assert got == want
+    got = sorted(globlib.glob(f"{local}/cluster/data-*-of-00003*.tfrecord"))
+    want = sorted(globlib.glob(f"{local}/direct/data-*-of-00003*.tfrecord"))
+    assert [os.path.basename(p) for p in got] == [os.path.basename(p) for p in want]
+    assert sum(len(list(read_records(p))) for p in got) == 24
+    assert all(filecmp.cmp(a, b, shallow=False) for a, b in zip(got, want))
+    # Without their indexes (removed behind the server), the same shards take the
+    # scanned path: planned in the cluster's workers from a scan of each file; shard k
+    # holds records [k*T//2, (k+1)*T//2) in path order.
+    for index in globlib.glob(f"{local}/direct/*.index"):
+        os.remove(index)
+    cluster_job(
+        cluster, s3_server, "reshard", f"{out}/direct/data-*", "--output", f"{out}/scanned/data", "--num-shards", "2"
+    )
+    records = [bytes(r) for p in want for _, r in read_records(p)]
+    scanned = sorted(globlib.glob(f"{local}/scanned/data-*-of-00002*.tfrecord"))
+    assert [[bytes(r) for _, r in read_records(p)] for p in scanned] == [records[:12], records[12:]]
 
 
 def test_index_on_the_cluster(cluster, s3_server, cluster_dataset):
