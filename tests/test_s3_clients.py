@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import List
 
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -145,3 +146,34 @@ def test_a_wrapper_that_keeps_more_than_plain_values_is_not_shared():
         assert len(made) == 2 and first.pending is not second.pending and first.client is not second.client
     finally:
         s3_clients._not_shareable = saved
+
+
+def _operations(url: str) -> List[str]:
+    """The S3 operations the shared client of ``url``'s options sends from now on."""
+    from apache_beam.io.aws import s3io
+
+    options = files.beam_filesystems().get_filesystem(url)._options
+    client = s3io.S3IO(options=options).client.client
+    sent: List[str] = []
+    client.meta.events.register("before-call.s3", lambda model, **_: sent.append(model.name))
+    return sent
+
+
+def test_a_whole_object_is_read_with_one_get(s3_server, s3_bucket, s3_options):
+    """``files.read_bytes`` of an object is one GetObject (Beam's open is a HeadObject and
+    then ranged GETs); with ``max_bytes`` one ranged GET of at most ``max_bytes + 1``
+    bytes. A missing or empty object falls back to Beam's open, which says what is wrong
+    as before (and an empty object reads as empty)."""
+    data = os.urandom(30_000)
+    url = f"{s3_bucket}/photo.jpg"
+    files.write_bytes(url, data)
+    files.write_bytes(f"{s3_bucket}/empty", b"")
+    sent = _operations(url)
+    assert files.read_bytes(url) == data
+    assert sent == ["GetObject"], sent
+    sent.clear()
+    assert files.read_bytes(url, max_bytes=999) == data[:1000]
+    assert sent == ["GetObject"], sent
+    assert files.read_bytes(f"{s3_bucket}/empty") == b""
+    with pytest.raises(FileNotFoundError, match="no-such-object"):
+        files.read_bytes(f"{s3_bucket}/no-such-object")

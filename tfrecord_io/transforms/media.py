@@ -37,8 +37,7 @@ def load_media(value: Any, max_bytes: Optional[int] = None) -> Tuple[bytes, Opti
         raise EncodeError("input", "empty path")
     path = value
     try:
-        with files.open_raw(path, "rb") as f:
-            data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+        data = files.read_bytes(path, max_bytes)
     except FileNotFoundError:
         raise EncodeError("read", f"{path}: no such file") from None
     except IsADirectoryError:
