@@ -107,6 +107,25 @@ def test_progress_of_a_cluster_job_is_where_its_results_are(tmp_path):
         assert bar.dir is not None and not bar.dir.startswith(str(tmp_path)) and os.path.isdir(bar.dir)
 
 
+def test_a_job_run_in_process_leaves_no_retry_listener_behind(tmp_path):
+    """A job whose pipeline runs in this process (as in a notebook): the launcher's
+    retry notes and the counting stage's are unregistered when it ends, so later
+    retries of any store in this process are not written into its deleted progress
+    directory (before, one listener per job ever run stayed registered)."""
+    import apache_beam as beam
+
+    from tfrecord_io import storage_retry
+    from tfrecord_io.pipelines.runtime.progress import CountProgress, ProgressPrinter, read_counts
+
+    before = list(storage_retry._listeners)
+    with ProgressPrinter("validate", options=PipelineOptions(IN_PROCESS)) as bar:
+        with beam.Pipeline(options=options(IN_PROCESS)) as p:
+            p | beam.Create(list(range(40))) | beam.ParDo(CountProgress(bar.dir, "records"))
+        assert read_counts(bar.dir) == {"records": 40}
+        assert len(storage_retry._listeners) > len(before)  # the notes of this job, while it runs
+    assert storage_retry._listeners == before
+
+
 @pytest.mark.parametrize("command", ["validate", "inspect", "index", "report"])
 def test_cluster_job_without_a_shared_location_is_a_usage_error(command, tmp_path):
     """Exit 2 before anything runs, naming the flag (the job server address is never

@@ -62,8 +62,19 @@ class RetryNotes:
         self._wake = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
+        self._closed = False
+
+    def close(self) -> None:
+        """Write nothing more: a note still pending is dropped and the writer ends (the
+        job is over; its progress directory is being removed)."""
+        with self._lock:
+            self._closed = True
+            self._pending = None
+        self._wake.set()
 
     def __call__(self, event: dict) -> None:
+        if self._closed:
+            return
         note = dict(event, noted=time.time())
         if not self._remote:
             tmp = f"{self.path}.tmp"
@@ -86,6 +97,8 @@ class RetryNotes:
             self._wake.wait()
             self._wake.clear()
             with self._lock:
+                if self._closed:
+                    return
                 note, self._pending = self._pending, None
             if note is None:
                 continue
@@ -95,17 +108,39 @@ class RetryNotes:
                 pass
 
 
-_notes_by_dir: Dict[str, RetryNotes] = {}
+# progress directory -> (its listener in this process, how many users hold it)
+_notes_by_dir: Dict[str, Tuple[RetryNotes, int]] = {}
+_notes_lock = threading.Lock()
 
 
 def note_retries(progress_dir: str) -> RetryNotes:
-    """Register (once per process and directory) a :class:`RetryNotes` for ``progress_dir``."""
-    notes = _notes_by_dir.get(progress_dir)
-    if notes is None:
-        notes = _notes_by_dir[progress_dir] = RetryNotes(progress_dir)
-        storage_retry.install()
-        storage_retry.add_listener(notes)
+    """Register (once per process and directory) a :class:`RetryNotes` for
+    ``progress_dir``; each call is one more user, to be ended by :func:`release_retries`."""
+    with _notes_lock:
+        notes, users = _notes_by_dir.get(progress_dir, (None, 0))
+        if notes is None:
+            notes = RetryNotes(progress_dir)
+            storage_retry.install()
+            storage_retry.add_listener(notes)
+        _notes_by_dir[progress_dir] = (notes, users + 1)
     return notes
+
+
+def release_retries(progress_dir: str) -> None:
+    """One user of ``progress_dir``'s listener is done; the last one unregisters and
+    closes it. Without this a long-lived process (a notebook running jobs in process, a
+    reused worker) kept one listener per job ever run, writing later retries of any
+    store into directories long deleted."""
+    with _notes_lock:
+        notes, users = _notes_by_dir.get(progress_dir, (None, 0))
+        if notes is None:
+            return
+        if users > 1:
+            _notes_by_dir[progress_dir] = (notes, users - 1)
+            return
+        del _notes_by_dir[progress_dir]
+    storage_retry.remove_listener(notes)
+    notes.close()
 
 
 def _entries(progress_dir: str) -> Dict[str, str]:
@@ -182,6 +217,7 @@ class CountProgress(beam.DoFn):
         self._last = 0.0
         self._file: Optional[str] = None
         self._remote = False
+        self._noting = False  # this instance holds a use of the directory's retry notes
 
     def setup(self):
         if not self._dir:
@@ -190,6 +226,7 @@ class CountProgress(beam.DoFn):
         if self._remote or os.path.isdir(self._dir):
             self._file = files.join(self._dir, f"{self._stage}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
             note_retries(self._dir)
+            self._noting = True
 
     def _publish(self) -> None:
         if not self._file or self._count == self._published:
@@ -233,6 +270,9 @@ class CountProgress(beam.DoFn):
     def teardown(self):
         if not self._remote:  # on shared storage a late write would outlive the launcher's clean-up
             self._publish()
+        if self._noting and self._dir:
+            self._noting = False
+            release_retries(self._dir)
 
 
 def read_counts(progress_dir: str) -> Dict[str, int]:
@@ -377,9 +417,9 @@ class ProgressPrinter:
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        if self._notes is not None:
-            storage_retry.remove_listener(self._notes)
-            _notes_by_dir.pop(self._local or "", None)
+        if self._notes is not None and self._local:
+            release_retries(self._local)
+            self._notes = None
         if self._thread:
             self._thread.join(timeout=5)
         if self._local:
