@@ -65,7 +65,7 @@ from tfrecord_io.codec import Example
 from tfrecord_io.crc import crc32c
 from tfrecord_io.errors import TFRecordError
 from tfrecord_io.framing import encode_frame
-from tfrecord_io.index import RecordIndex, find_index, load_index
+from tfrecord_io.index import RecordIndex, build_index, find_index, load_index
 from tfrecord_io.pipelines.runtime.collect import ResultDir
 from tfrecord_io.pipelines.runtime.errors import ArgumentError
 from tfrecord_io.pipelines.runtime.inputs import no_input_error, resolve_inputs
@@ -277,8 +277,6 @@ class ScanFrames(beam.DoFn):
     cross the runner."""
 
     def process(self, path: str):
-        from tfrecord_io.index import build_index
-
         index = build_index(path)
         yield path, np.ascontiguousarray(index.offsets, dtype=np.int64).tobytes(), int(index.data_size)
 
