@@ -31,7 +31,7 @@ from typing import Callable, Dict, List, Tuple
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
-from bench_torch import images_to_batch, write_image_files
+from bench_torch import images_to_batch, split_cpus, write_image_files
 
 from tfrecord_io import remote_reader
 from tfrecord_io.torch import TFRecordBatchDataset
@@ -165,6 +165,9 @@ def main(argv: List[str] = None) -> None:
     parser.add_argument("--s3-parallel", type=int, default=None)
     parser.add_argument("--s3-block-mib", type=int, default=None)
     parser.add_argument("--s3-request-mib", type=int, default=None)
+    parser.add_argument(
+        "--server-cpus", default=None, help="pin the server to these CPUs and this process to the others"
+    )
     args = parser.parse_args(argv)
     from s3support import find_versitygw, start_versitygw
 
@@ -191,6 +194,8 @@ def main(argv: List[str] = None) -> None:
                 client.upload_file(p + suffix, bucket, os.path.basename(p) + suffix)
             urls.append(f"s3://{bucket}/{os.path.basename(p)}")
         pid = server.process.pid
+        if args.server_cpus:
+            split_cpus(pid, args.server_cpus)
         kinds: List[Tuple[str, TFRecordBatchDataset]] = [("local, sequential", make(paths, False))]
         kinds.append(("S3, sequential", make(urls, False)))
         if args.global_:
