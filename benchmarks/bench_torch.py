@@ -242,7 +242,10 @@ def split_cpus(server_pid: int, text: str) -> Tuple[Set[int], Set[int]]:
     """``--s3-server-cpus``: the server on ``text``'s CPUs, this process (and the
     DataLoader workers it forks) on the others: (server's, readers')."""
     have = os.sched_getaffinity(0)
-    server = parse_cpus(text)
+    try:
+        server = parse_cpus(text)
+    except ValueError:
+        raise SystemExit(f"--s3-server-cpus {text}: not a CPU list (e.g. 1, 2-3 or 2,3)") from None
     readers = have - server
     if not server <= have or not readers:
         raise SystemExit(
