@@ -223,8 +223,8 @@ def parse_cpus(text: str) -> Set[int]:
     """CPU numbers from ``"1"``, ``"2,3"`` or ``"2-3"``."""
     cpus: Set[int] = set()
     for part in text.split(","):
-        a, _, b = part.strip().partition("-")
-        cpus.update(range(int(a), int(b or a) + 1))
+        a, dash, b = part.strip().partition("-")
+        cpus.update(range(int(a), int(b if dash else a) + 1))
     return cpus
 
 
