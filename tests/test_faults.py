@@ -22,7 +22,7 @@ import pytest
 
 import tfrecord_io as tfio
 from tfrecord_io.pipelines.build.job import run_build
-from tfrecord_io.pipelines.runtime import dataset_dir, processes
+from tfrecord_io.pipelines.runtime import dataset_dir, failures, processes
 from tfrecord_io.pipelines.runtime.local_workers import PROCESS_NAME
 
 from tests.pipeline_support import TWO_WORKERS, build_config, cli_env, options, start_cli
@@ -64,14 +64,20 @@ def _is_worker(pid):
     ) == PROCESS_NAME.decode()
 
 
-def _wait_for_workers(proc, out, count=2, timeout=180):
-    """The launcher's Python worker processes, once ``count`` run and the version dir exists."""
+def _wait_for_workers(proc, out, count=2, timeout=180, writing=False):
+    """The launcher's Python worker processes, once ``count`` run and the version dir
+    exists; ``writing``: and the pipeline has written into it (more than the claim's
+    marker), so the job is surely past its claim and running."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         workers = [p for p in processes.descendants(proc.pid) if _is_worker(p)]
-        if len(workers) >= count and (out / "v2").exists():
+        version_dir = out / "v2"
+        written = version_dir.exists() and (
+            not writing or any(name != dataset_dir.BUILDING_NAME for name in os.listdir(version_dir))
+        )
+        if len(workers) >= count and written:
             return workers
-        time.sleep(0.1)
+        time.sleep(0.05)
     raise AssertionError(
         f"no {count} workers seen (exit {proc.poll()}): {proc.communicate()[1] if proc.poll() is not None else ''}"
     )
@@ -128,7 +134,7 @@ def test_sigterm_to_the_launcher(media, tmp_path):
     out = tmp_path / "out"
     _build_v1(config, out)
     proc = _start_build(config, out, tmp_path)
-    _wait_for_workers(proc, out)
+    _wait_for_workers(proc, out, writing=True)
     all_children = processes.descendants(proc.pid)
     proc.send_signal(signal.SIGTERM)
     code, _, err = _finish(proc)
@@ -139,6 +145,66 @@ def test_sigterm_to_the_launcher(media, tmp_path):
     assert not (out / "v2").exists()
     assert not [p for p in all_children if processes.running(p)], "worker processes outlived the launcher"
     assert_readers_see_whole_data(out)
+
+
+def test_a_signal_between_the_claim_and_the_pipeline_removes_the_claimed_version(media, tmp_path):
+    """SIGTERM just after the launcher claimed the version, before the pipeline started
+    (``Terminated`` raised where the claim is handed over): the version is removed all
+    the same, LATEST is untouched, and the interruption goes on up."""
+    _, config = media
+    out = tmp_path / "out"
+    _build_v1(config, out)
+    said = []
+
+    def signalled(version):
+        assert (out / version / dataset_dir.BUILDING_NAME).exists()  # claimed
+        raise failures.Terminated(signal.SIGTERM)
+
+    with pytest.raises(failures.Terminated):
+        run_build(build_config(config, out, "v2"), options(), progress=False, log=said.append, on_version=signalled)
+    assert not (out / "v2").exists()
+    assert any(f"removed the unfinished version {out / 'v2'}" in line for line in said), said
+    assert_readers_see_whole_data(out)
+
+
+class _ClaimCutShort(dataset_dir.BuildClaim):
+    """A claim that SIGTERM interrupts at ``where``: while writing its marker, or once
+    the marker is whole (starting the heartbeat)."""
+
+    def __init__(self, version_dir, where):
+        super().__init__(version_dir)
+        self.where = where
+
+    def _body(self):
+        if self.where == "writing":
+            raise failures.Terminated(signal.SIGTERM)
+        return super()._body()
+
+    def _start_heartbeat(self):
+        super()._start_heartbeat()
+        raise failures.Terminated(signal.SIGTERM)
+
+
+@pytest.mark.parametrize("where", ["writing", "written"])
+def test_a_claim_cut_short_takes_itself_back(tmp_path, where):
+    """Nobody holds a claim that never returned, so nobody else would remove it: the
+    marker (empty or whole) and the directory the claim made are gone, and the
+    heartbeat thread stopped. A taken version's marker is never touched."""
+    version_dir = tmp_path / "v2"
+    claim = _ClaimCutShort(str(version_dir), where)
+    with pytest.raises(failures.Terminated):
+        claim.acquire()
+    assert not version_dir.exists()
+    assert claim._thread is None or not claim._thread.is_alive()
+
+    holder = dataset_dir.BuildClaim(str(version_dir))
+    holder.acquire()
+    try:
+        with pytest.raises(dataset_dir.VersionTaken):
+            dataset_dir.BuildClaim(str(version_dir)).acquire()
+        assert dataset_dir.read_marker(str(version_dir))["run_id"] == holder.run_id
+    finally:
+        holder.release()
 
 
 # The build CLI with a stage after BuildDataset's finalize that waits for a file that

@@ -176,34 +176,42 @@ def run_build(
     FileSystems.set_options(options)  # the launcher checks and claims remote paths too
     spec = check_build(cfg)
     out_dir = spec.out_dir
-    claimed, claim = claim_version(out_dir, cfg["output"]["version"], log)
-    version = claimed["version"]
-    version_dir = files.join(out_dir, version)
-    was_published = claimed["state"] == "published"
-    if on_version is not None and claim is not None:
-        on_version(version)
-    if was_published:
-        log(f"version {version} already exists: checking that it was built from the same config and inputs")
-    else:
-        log(f"building {spec.name!r} -> {version_dir}")
-    run_id = claim.run_id if claim is not None else dataset_dir.new_run_id()
+    claimed: Dict[str, Any] = {}
+    claim: Optional[dataset_dir.BuildClaim] = None
     try:
+        # The claim is inside the ``try``: a signal that lands between the claim and the
+        # pipeline (SIGTERM unwinds the launcher with ``Terminated``) still removes it. A
+        # claim cut short takes itself back (``BuildClaim.acquire``).
+        claimed, claim = claim_version(out_dir, cfg["output"]["version"], log)
+        version = claimed["version"]
+        if on_version is not None and claim is not None:
+            on_version(version)
+        version_dir = files.join(out_dir, version)
+        if claim is None:
+            log(f"version {version} already exists: checking that it was built from the same config and inputs")
+        else:
+            log(f"building {spec.name!r} -> {version_dir}")
+        run_id = claim.run_id if claim is not None else dataset_dir.new_run_id()
         _run_pipeline(cfg, version, run_id, options, progress, workers)
     except BaseException as err:
-        if claim is None:  # a published version: never removed; a fingerprint conflict is a usage error
+        if claim is None:
+            # no claim: it failed (nothing of this run's is left), or the version is a
+            # published one, never removed; a fingerprint conflict is a usage error
             text = str(err)
-            if dataset_dir.FINGERPRINT_CONFLICT in text:
+            if claimed and dataset_dir.FINGERPRINT_CONFLICT in text:
                 raise dataset_dir.DatasetDirError(
-                    f"version {version_dir} {dataset_dir.FINGERPRINT_CONFLICT}; choose another --version"
+                    f"version {files.join(out_dir, claimed['version'])} {dataset_dir.FINGERPRINT_CONFLICT}; "
+                    "choose another --version"
                 ) from None
             raise
         claim.release()  # first: a finalize still running elsewhere then refuses to publish (commit.check_claim)
         log(
             f"build failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
-            f"{left_after_failure(out_dir, version, run_id)}; "
+            f"{left_after_failure(out_dir, claimed['version'], claim.run_id)}; "
             f"LATEST names {dataset_dir.read_latest(out_dir) or 'nothing'}"
         )
         raise
+    was_published = claim is None
     if claim is not None:
         claim.release()
     info = dataset_dir.load_info(version_dir)

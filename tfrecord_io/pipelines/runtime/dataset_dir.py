@@ -203,7 +203,12 @@ class BuildClaim:
         return marker_body(self.run_id, os.getpid())
 
     def acquire(self) -> None:
-        """Create the marker, or raise :class:`DatasetDirError` if another run holds it."""
+        """Create the marker, or raise :class:`VersionTaken` if another run holds it.
+
+        A claim cut short (Ctrl-C, SIGTERM unwinding the launcher, a failed write)
+        takes back what it wrote: no half-made claim outlives it, since nobody would
+        know to remove it (the caller never got the claim)."""
+        made_dir = may_have_made_marker = False  # local only
         try:
             if files.is_remote(self.path):
                 with _BeamLogsMuted():
@@ -215,20 +220,46 @@ class BuildClaim:
                         f"version {self.version_dir} is being built by another run ({_describe(holder)})"
                     )
             else:
+                made_dir = not os.path.isdir(self.version_dir)
                 os.makedirs(self.version_dir, exist_ok=True)
+                may_have_made_marker = True  # before the open: a signal may land just after it
                 try:
                     fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
                 except FileExistsError:
+                    made_dir = may_have_made_marker = False  # another run's
                     raise VersionTaken(
                         f"version {self.version_dir} is being built by another run "
                         f"({_describe(read_marker(self.version_dir))})"
                     ) from None
                 with os.fdopen(fd, "wb") as f:
                     f.write(self._body())
-        except DatasetDirError:
-            raise
-        except Exception as err:  # noqa: BLE001 - the first write: cannot write here at all
+            self._start_heartbeat()
+        except VersionTaken:
+            raise  # the marker there is another run's: not ours to touch
+        except BaseException as err:
+            self._take_back(made_dir, may_have_made_marker)
+            if isinstance(err, DatasetDirError) or not isinstance(err, Exception):
+                raise  # ours already, or an interruption: unwinds as it is
             raise DatasetDirError(f"output {self.version_dir}: cannot write ({_first_line(err)})") from None
+
+    def _take_back(self, made_dir: bool, may_have_made_marker: bool) -> None:
+        """Undo a claim that did not complete: stop the heartbeat, remove the marker if it
+        names this run, or is unreadable where this claim may have just created it (a
+        local write cut short; an object store's PUT is whole or absent), and the version
+        directory if this claim made it and nothing else is in it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        try:
+            marker = read_marker(self.version_dir)  # None: absent; {}: unreadable
+            if marker is not None and (marker.get("run_id") == self.run_id or (may_have_made_marker and not marker)):
+                files.delete([self.path])
+            if made_dir:
+                os.rmdir(self.version_dir)
+        except Exception:  # noqa: BLE001 - best effort: what is left has no tfrecord_io_info.json, so no reader takes it
+            pass
+
+    def _start_heartbeat(self) -> None:
         self._thread = threading.Thread(target=self._beat, daemon=True, name="build-heartbeat")
         self._thread.start()
 
