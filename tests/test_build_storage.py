@@ -5,6 +5,7 @@ rerun identical -> killed build leaves LATEST as it was -> retry succeeds."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -256,6 +257,26 @@ def test_unreachable_or_unauthorised_bucket_fails_before_work(media, s3_server, 
         lines = proc.stderr.strip().splitlines()
         assert url in lines[0] and "Traceback" not in proc.stderr and len(lines) <= 4, proc.stderr
     assert os.listdir(s3_server.object_path(s3_bucket)) == []
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("compression", [None, "GZIP"])
+def test_the_digest_kept_while_uploading_is_the_stored_objects(s3_fs, s3_bucket, compression):
+    """What the build records of a shard on S3 (SHA-256, size) is hashed on the way
+    out, not read back: it must be the object as the server stores it, whatever the
+    upload's parts (over 2 * 8 MiB: Beam's multipart upload sends several)."""
+    from tfrecord_io.writer import RecordWriter
+
+    path = f"{s3_bucket}/digest/{compression}.tfrecord"
+    records = [os.urandom(1 << 20) for _ in range(20)]
+    writer = RecordWriter(path, compression, digest=True)
+    for start in range(0, len(records), 3):
+        writer.write_records(records[start : start + 3])
+    writer.close()
+    with open(s3_fs.object_path(path), "rb") as f:
+        stored = f.read()
+    assert writer.sha256 == hashlib.sha256(stored).hexdigest() and writer.stored_bytes == len(stored)
+    assert [bytes(r) for r in tfrecord_io.tfrecord_iterator(path, compression_type=compression)] == records
 
 
 @pytest.mark.s3

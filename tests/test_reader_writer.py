@@ -5,6 +5,7 @@ serialisation across processes, and TensorFlow + tfrecord_io in one process."""
 from __future__ import annotations
 
 import collections
+import hashlib
 import inspect
 import os
 import random
@@ -262,6 +263,29 @@ def test_atomic_writer_leaves_nothing_on_error(tmp_path):
             raise KeyError("boom")
     assert open(path, "rb").read() == b"old contents"
     assert os.listdir(tmp_path) == ["a.tfrecord"]  # no temporary file left behind
+
+
+@settings(fixture_ok, max_examples=60)
+@given(
+    batches=st.lists(st.lists(st.binary(max_size=3000), max_size=6), max_size=5),
+    compression=st.sampled_from([None, "GZIP", "ZLIB"]),
+    atomic=st.booleans(),
+)
+def test_the_digest_kept_while_writing_is_the_stored_files(tmp_path, batches, compression, atomic):
+    """``digest=True``: the SHA-256 and size of the file as stored (compressed bytes
+    included), never a read back; every record written is in it."""
+    path = tmp_path / f"d-{compression}-{atomic}.tfrecord"
+    writer = RecordWriter(str(path), compression, atomic=atomic, digest=True)
+    for batch in batches:
+        writer.write_records(batch)
+    assert writer.sha256 is None  # known only once the file is whole
+    writer.close()
+    stored = path.read_bytes()
+    assert writer.sha256 == hashlib.sha256(stored).hexdigest()
+    assert writer.stored_bytes == len(stored)
+    assert [bytes(r) for r in tfio.tfrecord_iterator(str(path), compression_type=compression)] == [
+        r for b in batches for r in b
+    ]
 
 
 def test_writer_index_matches_built_index(tmp_path):

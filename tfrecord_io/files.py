@@ -8,6 +8,7 @@ when such a path is used, so the format core runs without Beam installed.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import os
 import zlib
@@ -507,9 +508,51 @@ class ZlibWriter(io.RawIOBase):
 def open_write(path: str, compression_type: Optional[str] = None) -> BinaryIO:
     """Open ``path`` for writing, compressing as asked (or as its suffix says)."""
     kind = normalize_compression(compression_type, path)
-    raw = open_raw(path, "wb")
+    return compressing_writer(open_raw(path, "wb"), kind)
+
+
+def compressing_writer(raw: BinaryIO, kind: str) -> BinaryIO:
+    """``raw`` (a file as stored) behind the writer of compression ``kind`` (a
+    :func:`normalize_compression` result); closing the writer closes ``raw``."""
     if kind == GZIP:
         return cast(BinaryIO, _OwningGzipFile(raw, "wb"))
     if kind == ZLIB:
         return cast(BinaryIO, ZlibWriter(raw))
     return raw
+
+
+class DigestingWriter(io.RawIOBase):
+    """A file being written that keeps the SHA-256 and the count of the bytes passed on
+    to it, so a writer knows what it stored without reading it back (on an object store
+    that read is a whole GET of the object)."""
+
+    def __init__(self, raw: BinaryIO):
+        self._raw = raw
+        self._sha256 = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        size = memoryview(data).nbytes
+        written = self._raw.write(data)
+        if written is not None and written != size:  # the digest would no longer match the file
+            raise OSError(f"a short write: {written} of {size} bytes")
+        self._sha256.update(data)
+        self.size += size
+        return size
+
+    def flush(self) -> None:
+        if not self._raw.closed:
+            self._raw.flush()
+
+    def hexdigest(self) -> str:
+        return self._sha256.hexdigest()
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._raw.close()
+            finally:
+                super().close()

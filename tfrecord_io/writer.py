@@ -11,7 +11,7 @@ it wrote, without reading the file back.
 from __future__ import annotations
 
 import os
-from typing import Any, List, Mapping, Optional
+from typing import Any, BinaryIO, List, Mapping, Optional, cast
 
 import numpy as np
 
@@ -28,7 +28,11 @@ except ImportError:  # pragma: no cover - exercised when the extension is absent
 
 
 class RecordWriter:
-    """Writes raw records (bytes-like payloads) as frames."""
+    """Writes raw records (bytes-like payloads) as frames.
+
+    ``digest``: keep the SHA-256 and size of the file as stored while writing it
+    (``sha256``, ``stored_bytes`` after ``close``), for a manifest of what was written
+    without reading it back."""
 
     def __init__(
         self,
@@ -37,6 +41,7 @@ class RecordWriter:
         *,
         atomic: bool = False,
         index_path: Optional[str] = None,
+        digest: bool = False,
     ):
         self.path = str(data_path)
         self.compression = files.normalize_compression(compression_type, self.path)
@@ -46,7 +51,14 @@ class RecordWriter:
         self._target = self.path
         if atomic:
             self._target = files.temp_path_beside(self.path)
-        self._file = files.open_write(self._target, self.compression)
+        raw = files.open_raw(self._target, "wb")
+        self._digesting = files.DigestingWriter(raw) if digest else None
+        if self._digesting is not None:
+            raw = cast(BinaryIO, self._digesting)
+        self._file = files.compressing_writer(raw, self.compression)
+        # with ``digest``, after close: the file's SHA-256 and size as stored (compressed)
+        self.sha256: Optional[str] = None
+        self.stored_bytes: Optional[int] = None
         self._index_path = index_path
         self._offsets: List[int] = []
         self._position = 0
@@ -137,6 +149,8 @@ class RecordWriter:
             self._file.close()
         except OSError as err:
             raise self._named(err) from None
+        if self._digesting is not None:
+            self.sha256, self.stored_bytes = self._digesting.hexdigest(), self._digesting.size
         if self._atomic:
             os.replace(self._target, self.path)
         if self._index_path:

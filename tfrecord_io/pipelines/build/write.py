@@ -150,7 +150,9 @@ class WriteShard(beam.DoFn):
             os.makedirs(os.path.dirname(final), exist_ok=True)
         # Local: a temporary name, renamed when complete. Object store: one upload,
         # visible only once complete (an abort leaves it in the unpublished version).
-        writer = RecordWriter(final, spec.compression, atomic=not files.is_remote(final), index_path=index_path)
+        writer = RecordWriter(
+            final, spec.compression, atomic=not files.is_remote(final), index_path=index_path, digest=True
+        )
         rejected: List[str] = []
         records = 0
         self.rows_in.inc(len(rows))
@@ -187,7 +189,8 @@ class WriteShard(beam.DoFn):
             "path": relpath,
             "index": index_path_for(relpath) if index_path else None,
             "records": records,
-            "bytes": files.file_size(final),
-            "sha256": dataset_dir.sha256_file(final),
+            # as written, hashed on the way out: not read back (a whole GET on an object store)
+            "bytes": writer.stored_bytes,
+            "sha256": writer.sha256,
             "rejected": len(rejected),
         }
