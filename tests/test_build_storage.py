@@ -371,12 +371,20 @@ def test_s3_build_validate_corrupt_reshard_rerun_kill_retry(media, s3_fs, s3_buc
     assert inspect.returncode == 0 and "12 records" in inspect.stdout, inspect.stdout + inspect.stderr
 
 
-def test_two_runs_claiming_one_s3_version_at_once_only_one_wins(s3_fs, s3_bucket):
-    """Object stores have no O_EXCL: each run writes the marker, waits, reads it back,
-    and only the run whose id is there goes on."""
+@pytest.mark.parametrize("store", ["conditional-put", "last-writer-wins"])
+def test_two_runs_claiming_one_s3_version_at_once_only_one_wins(s3_fs, s3_bucket, monkeypatch, store):
+    """versitygw (like S3) refuses a conditional PUT (``If-None-Match: *``) of a marker
+    that exists: one run wins at once, without the second's wait (the wait is made an
+    hour here: a claim that waited would not finish). A store that ignores the
+    condition - stood in for by skipping the conditional PUT - falls back to: each run
+    writes the marker, waits, reads it back, and only the run whose id is there goes on."""
     import threading
 
-    version_dir = s3_bucket + "/ds/v1"
+    if store == "conditional-put":
+        monkeypatch.setattr(dataset_dir, "CLAIM_SETTLE_S", 3600.0)
+    else:
+        monkeypatch.setattr(files, "_s3_put_if_absent", lambda path, data: None)
+    version_dir = s3_bucket + f"/ds-{store}/v1"
     claims = [dataset_dir.BuildClaim(version_dir) for _ in range(2)]
     outcomes = {}
 
@@ -387,17 +395,25 @@ def test_two_runs_claiming_one_s3_version_at_once_only_one_wins(s3_fs, s3_bucket
         except dataset_dir.VersionTaken as err:
             outcomes[i] = str(err)
 
-    threads = [threading.Thread(target=claim, args=(i,)) for i in range(2)]
+    threads = [threading.Thread(target=claim, args=(i,), daemon=True) for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads), "a claim waited (or hung)"
     assert sorted(o == "won" for o in outcomes.values()) == [False, True], outcomes
     winner = next(i for i, o in outcomes.items() if o == "won")
     assert "being built by another run" in outcomes[1 - winner]
     assert dataset_dir.read_marker(version_dir)["run_id"] == claims[winner].run_id
     claims[winner].release()
     assert dataset_dir.read_marker(version_dir) is None
+
+
+def test_put_if_absent_on_s3_is_refused_once_the_object_exists(s3_fs, s3_bucket):
+    path = s3_bucket + "/exclusive/marker"
+    assert files.put_if_absent(path, b"first") is True
+    assert files.put_if_absent(path, b"second") is False
+    assert files.read_bytes(path) == b"first"
 
 
 def test_muting_beams_log_from_two_threads_restores_logging():

@@ -269,6 +269,56 @@ def _s3_object(path: str, max_bytes: Optional[int]) -> Optional[bytes]:
         return None
 
 
+def put_if_absent(path: str, data: bytes) -> Optional[bool]:
+    """Create the object ``path`` holding ``data`` unless it exists: True when created and
+    the store vouches that nothing was there, False when something is there (nothing
+    written), None when ``data`` was written but the store cannot vouch (last writer
+    wins: a caller that must be the only writer waits and reads it back).
+
+    For ``s3://``: a conditional PUT (``If-None-Match: *``), which S3 and servers such as
+    versitygw and MinIO honour atomically. A store may ignore the condition, so a first
+    PUT is followed by a second that must be refused; when it is not, the store gave
+    no promise (None). A store or client that refuses the header outright (an older
+    botocore, a server answering 501) gets a plain write (None). Other schemes: a plain
+    write (None). Local paths: use ``os.open`` with ``O_EXCL``, not this."""
+    if path.startswith("s3://"):
+        created = _s3_put_if_absent(path, data)
+        if created is not None:
+            return created
+    write_bytes(path, data)
+    return None
+
+
+def _s3_put_if_absent(path: str, data: bytes) -> Optional[bool]:
+    """:func:`put_if_absent` for ``s3://`` through Beam's S3 client for the current
+    options (shared per process: :mod:`tfrecord_io.s3_clients`); None when it cannot
+    say (the caller then writes plainly, reporting errors as every write does)."""
+    try:
+        from apache_beam.io.aws import s3io
+
+        filesystem = beam_filesystems().get_filesystem(path)
+        client = s3io.S3IO(options=filesystem._options).client.client  # the boto3 client
+        bucket, key = s3io.parse_s3_path(path)
+    except Exception:  # noqa: BLE001 - a Beam without these internals: a plain write
+        return None
+
+    def put() -> Optional[bool]:
+        try:
+            client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+            return True
+        except Exception as err:  # noqa: BLE001 - sorted below
+            code = str(getattr(err, "response", {}).get("Error", {}).get("Code", ""))
+            # 412: it exists; 409: another conditional write to it is under way
+            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                return False
+            return None  # NotImplemented, an older botocore, a failing store: no promise
+
+    first = put()
+    if first is not True:
+        return first
+    return True if put() is False else None  # a second PUT that is not refused: the condition was ignored
+
+
 def temp_path_beside(path: str) -> str:
     """A hidden, unique temporary name in ``path``'s directory for a local file that is
     renamed over ``path`` when whole: the rename is atomic (same filesystem), and a

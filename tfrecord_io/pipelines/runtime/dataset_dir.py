@@ -212,13 +212,8 @@ class BuildClaim:
         try:
             if files.is_remote(self.path):
                 with _BeamLogsMuted():
-                    files.write_bytes(self.path, self._body())
-                time.sleep(CLAIM_SETTLE_S)
-                holder = read_marker(self.version_dir)
-                if not holder or holder.get("run_id") != self.run_id:
-                    raise VersionTaken(
-                        f"version {self.version_dir} is being built by another run ({_describe(holder)})"
-                    )
+                    created = files.put_if_absent(self.path, self._body())
+                _check_remote_claim(self.version_dir, self.run_id, created)
             else:
                 made_dir = not os.path.isdir(self.version_dir)
                 os.makedirs(self.version_dir, exist_ok=True)
@@ -405,13 +400,25 @@ def claim_for_run(version_dir: str, run_id: str, fingerprint: str) -> Dict[str, 
             raise VersionTaken(f"version {version_dir} is being built by another run ({_describe(marker)})")
         remove_version(version_dir)
     path = files.join(version_dir, BUILDING_NAME)
-    files.write_bytes(path, marker_body(run_id, None))
-    if files.is_remote(path):  # no O_EXCL on an object store: the last writer wins, so look again
-        time.sleep(CLAIM_SETTLE_S)
-        holder = read_marker(version_dir)
-        if not holder or holder.get("run_id") != run_id:
-            raise VersionTaken(f"version {version_dir} is being built by another run ({_describe(holder)})")
+    if files.is_remote(path):
+        _check_remote_claim(version_dir, run_id, files.put_if_absent(path, marker_body(run_id, None)))
+    else:
+        files.write_bytes(path, marker_body(run_id, None))
     return {"state": "new"}
+
+
+def _check_remote_claim(version_dir: str, run_id: str, created: Optional[bool]) -> None:
+    """After ``files.put_if_absent`` of run ``run_id``'s marker on an object store: raise
+    :class:`VersionTaken` unless the marker is this run's. Created where the store
+    vouches (a conditional PUT): it is. Refused: another run's. Written without that
+    promise (the last writer wins): look again once concurrent claims have landed."""
+    if created is True:
+        return
+    if created is None:
+        time.sleep(CLAIM_SETTLE_S)
+    holder = read_marker(version_dir)
+    if created is False or not holder or holder.get("run_id") != run_id:
+        raise VersionTaken(f"version {version_dir} is being built by another run ({_describe(holder)})")
 
 
 def refresh_marker(version_dir: str, run_id: str) -> None:
