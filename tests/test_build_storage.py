@@ -416,6 +416,45 @@ def test_put_if_absent_on_s3_is_refused_once_the_object_exists(s3_fs, s3_bucket)
     assert files.read_bytes(path) == b"first"
 
 
+def test_a_claim_whose_put_response_was_lost_is_still_this_runs(s3_fs, s3_bucket):
+    """The conditional PUT of the marker lands but its response is cut off; boto3 sends
+    it again and that one is refused (the marker exists): the marker names this run, so
+    the claim is this run's, not "taken by another run"."""
+    from tests.s3support import CuttingProxy
+
+    # the first connection's response breaks off after "HTTP/1.1 100 Continue" (25 bytes)
+    # and 5 of the final status line: the PUT has run, the client sees no answer
+    proxy = CuttingProxy(s3_fs, cut_after=30, cuts=1)
+    args = [a for a in s3_fs.pipeline_args() if not a.startswith("--s3_endpoint_url")]
+    FileSystems.set_options(PipelineOptions([*args, f"--s3_endpoint_url={proxy.endpoint}"]))
+    version_dir = s3_bucket + "/lost-response/v1"
+    claim = dataset_dir.BuildClaim(version_dir)
+    try:
+        claim.acquire()
+        assert proxy.connections >= 2  # the response was cut and the PUT sent again
+        assert dataset_dir.read_marker(version_dir)["run_id"] == claim.run_id
+    finally:
+        claim.release()
+        FileSystems.set_options(PipelineOptions(s3_fs.pipeline_args()))
+        proxy.close()
+
+
+def test_put_if_absent_raises_a_failed_conditional_put_instead_of_writing_plainly(s3_fs, s3_bucket):
+    """A failure other than "it exists" / "no conditions here" is raised: a plain write
+    after it could replace a marker another run has just created with the store's
+    promise (here: the store refuses the credentials)."""
+    path = s3_bucket + "/exclusive/refused"
+    wrong = [a for a in s3_fs.pipeline_args() if not a.startswith("--s3_secret")] + ["--s3_secret_access_key=wrong"]
+    FileSystems.set_options(PipelineOptions(wrong))
+    try:
+        # the conditional PUT's own error: no plain write (an upload through Beam) after it
+        with pytest.raises(Exception, match="when calling the PutObject operation"):
+            files.put_if_absent(path, b"data")
+    finally:
+        FileSystems.set_options(PipelineOptions(s3_fs.pipeline_args()))
+    assert not files.exists(path)
+
+
 def test_muting_beams_log_from_two_threads_restores_logging():
     """The S3 marker writes mute Beam's log from the main thread and the heartbeat thread at
     once; however their enters and exits interleave, logging is back as it was after both

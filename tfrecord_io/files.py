@@ -11,6 +11,7 @@ import gzip
 import hashlib
 import io
 import os
+import time
 import zlib
 from typing import BinaryIO, Dict, List, Optional, Tuple, cast
 
@@ -278,9 +279,11 @@ def put_if_absent(path: str, data: bytes) -> Optional[bool]:
     For ``s3://``: a conditional PUT (``If-None-Match: *``), which S3 and servers such as
     versitygw and MinIO honour atomically. A store may ignore the condition, so a first
     PUT is followed by a second that must be refused; when it is not, the store gave
-    no promise (None). A store or client that refuses the header outright (an older
-    botocore, a server answering 501) gets a plain write (None). Other schemes: a plain
-    write (None). Local paths: use ``os.open`` with ``O_EXCL``, not this."""
+    no promise (None). A store or client that cannot send the condition (an older
+    botocore, a server answering 501 Not Implemented) gets a plain write (None). Any
+    other failure of the conditional PUT is raised: a plain write after it could
+    replace what another writer has just created with the store's promise. Other
+    schemes: a plain write (None). Local paths: use ``os.open`` with ``O_EXCL``."""
     if path.startswith("s3://"):
         created = _s3_put_if_absent(path, data)
         if created is not None:
@@ -289,10 +292,15 @@ def put_if_absent(path: str, data: bytes) -> Optional[bool]:
     return None
 
 
+_S3_EXISTS = ("PreconditionFailed", "412")
+_S3_CONFLICT = ("ConditionalRequestConflict", "409")  # another conditional write to the key, under way
+_S3_NO_CONDITIONS = ("NotImplemented", "501")
+
+
 def _s3_put_if_absent(path: str, data: bytes) -> Optional[bool]:
     """:func:`put_if_absent` for ``s3://`` through Beam's S3 client for the current
-    options (shared per process: :mod:`tfrecord_io.s3_clients`); None when it cannot
-    say (the caller then writes plainly, reporting errors as every write does)."""
+    options (shared per process: :mod:`tfrecord_io.s3_clients`, with boto3's own
+    retries); None when no conditional PUT can be made (the caller writes plainly)."""
     try:
         from apache_beam.io.aws import s3io
 
@@ -303,20 +311,32 @@ def _s3_put_if_absent(path: str, data: bytes) -> Optional[bool]:
         return None
 
     def put() -> Optional[bool]:
-        try:
-            client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
-            return True
-        except Exception as err:  # noqa: BLE001 - sorted below
-            code = str(getattr(err, "response", {}).get("Error", {}).get("Code", ""))
-            # 412: it exists; 409: another conditional write to it is under way
-            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
-                return False
-            return None  # NotImplemented, an older botocore, a failing store: no promise
+        for attempt in range(3):
+            try:
+                client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+                return True
+            except Exception as err:
+                code = str(getattr(err, "response", {}).get("Error", {}).get("Code", ""))
+                if code in _S3_EXISTS:
+                    return False
+                if code in _S3_CONFLICT and attempt < 2:
+                    time.sleep(0.2 * (attempt + 1))  # AWS: retry; the other write decides it
+                    continue
+                if code in _S3_CONFLICT:
+                    return False
+                if code in _S3_NO_CONDITIONS or type(err).__name__ == "ParamValidationError":
+                    return None
+                raise
+        return False
 
     first = put()
     if first is not True:
         return first
-    return True if put() is False else None  # a second PUT that is not refused: the condition was ignored
+    try:  # does the store keep its promise? A second conditional PUT must be refused
+        second = put()
+    except Exception:  # noqa: BLE001 - no answer: no promise (the caller reads back)
+        second = None
+    return True if second is False else None
 
 
 def temp_path_beside(path: str) -> str:

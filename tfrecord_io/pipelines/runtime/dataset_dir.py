@@ -410,14 +410,16 @@ def claim_for_run(version_dir: str, run_id: str, fingerprint: str) -> Dict[str, 
 def _check_remote_claim(version_dir: str, run_id: str, created: Optional[bool]) -> None:
     """After ``files.put_if_absent`` of run ``run_id``'s marker on an object store: raise
     :class:`VersionTaken` unless the marker is this run's. Created where the store
-    vouches (a conditional PUT): it is. Refused: another run's. Written without that
-    promise (the last writer wins): look again once concurrent claims have landed."""
+    vouches (a conditional PUT): it is. Refused: another run's, unless it names this
+    run (the PUT landed but its response was lost, and the client's retry was refused).
+    Written without that promise (the last writer wins): look again once concurrent
+    claims have landed."""
     if created is True:
         return
     if created is None:
         time.sleep(CLAIM_SETTLE_S)
     holder = read_marker(version_dir)
-    if created is False or not holder or holder.get("run_id") != run_id:
+    if not holder or holder.get("run_id") != run_id:
         raise VersionTaken(f"version {version_dir} is being built by another run ({_describe(holder)})")
 
 
