@@ -13,7 +13,7 @@ import io
 import os
 import time
 import zlib
-from typing import BinaryIO, Dict, List, Optional, Tuple, cast
+from typing import Any, BinaryIO, Dict, List, Optional, Tuple, cast
 
 from .errors import TFRecordError
 
@@ -255,11 +255,7 @@ def _s3_object(path: str, max_bytes: Optional[int]) -> Optional[bytes]:
     ``open``, which reports each of those as it always has (a missing file, the storage
     timeout and its retry notes)."""
     try:
-        from apache_beam.io.aws import s3io
-
-        filesystem = beam_filesystems().get_filesystem(path)
-        client = s3io.S3IO(options=filesystem._options).client.client  # the boto3 client
-        bucket, key = s3io.parse_s3_path(path)
+        client, bucket, key = _s3_client(path)
         ranged = {"Range": f"bytes=0-{max_bytes}"} if max_bytes is not None else {}
         body = client.get_object(Bucket=bucket, Key=key, **ranged)["Body"]
         try:
@@ -268,6 +264,17 @@ def _s3_object(path: str, max_bytes: Optional[int]) -> Optional[bytes]:
             body.close()
     except Exception:  # noqa: BLE001 - any failure: Beam's open reads it, and names what is wrong
         return None
+
+
+def _s3_client(path: str) -> Tuple[Any, str, str]:
+    """Beam's boto3 client for the current S3 options (shared per process:
+    :mod:`tfrecord_io.s3_clients`), and ``path``'s bucket and key. Raises where Beam lacks
+    these internals."""
+    from apache_beam.io.aws import s3io
+
+    filesystem = beam_filesystems().get_filesystem(path)
+    bucket, key = s3io.parse_s3_path(path)
+    return s3io.S3IO(options=filesystem._options).client.client, bucket, key
 
 
 def put_if_absent(path: str, data: bytes) -> Optional[bool]:
@@ -302,32 +309,27 @@ def _s3_put_if_absent(path: str, data: bytes) -> Optional[bool]:
     options (shared per process: :mod:`tfrecord_io.s3_clients`, with boto3's own
     retries); None when no conditional PUT can be made (the caller writes plainly)."""
     try:
-        from apache_beam.io.aws import s3io
-
-        filesystem = beam_filesystems().get_filesystem(path)
-        client = s3io.S3IO(options=filesystem._options).client.client  # the boto3 client
-        bucket, key = s3io.parse_s3_path(path)
+        client, bucket, key = _s3_client(path)
     except Exception:  # noqa: BLE001 - a Beam without these internals: a plain write
         return None
 
     def put() -> Optional[bool]:
-        for attempt in range(3):
+        attempts = 3
+        for attempt in range(attempts):
             try:
                 client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
                 return True
             except Exception as err:
                 code = str(getattr(err, "response", {}).get("Error", {}).get("Code", ""))
-                if code in _S3_EXISTS:
-                    return False
-                if code in _S3_CONFLICT and attempt < 2:
+                if code in _S3_CONFLICT and attempt < attempts - 1:
                     time.sleep(0.2 * (attempt + 1))  # AWS: retry; the other write decides it
                     continue
-                if code in _S3_CONFLICT:
+                if code in _S3_EXISTS or code in _S3_CONFLICT:
                     return False
                 if code in _S3_NO_CONDITIONS or type(err).__name__ == "ParamValidationError":
                     return None
                 raise
-        return False
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     first = put()
     if first is not True:
