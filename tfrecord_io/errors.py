@@ -70,3 +70,24 @@ class StorageUnavailableError(TFRecordError, OSError):
     than the storage timeout (raised by ``tfrecord_io/storage_retry.py``). Not a fault of
     the file or row at hand: code that turns per-file errors into per-row rejections
     lets this one through, so the job fails instead of rejecting everything."""
+
+
+class StorageAccessError(StorageUnavailableError, PermissionError):
+    """A store refused this process: credentials are missing or rejected, the bucket or
+    container does not exist, or access was denied (HTTP 401/403/404 on the bucket).
+
+    Retrying cannot help, so it is raised at once, never waited on as an outage. The
+    message names the store, the object and what to set (``store`` and ``hint``). It
+    subclasses :class:`StorageUnavailableError` so that code which lets an outage fail
+    the job (instead of rejecting rows) does the same for it."""
+
+    def __init__(self, reason: str, path: Optional[str] = None, offset: Optional[int] = None, hint: str = ""):
+        self.hint = hint
+        super().__init__(reason, path, offset)
+
+    def _message(self) -> str:
+        message = super()._message()
+        return f"{message} ({self.hint})" if self.hint else message
+
+    def __reduce__(self):
+        return (self.__class__, (self.reason, self.path, self.offset, self.hint))
