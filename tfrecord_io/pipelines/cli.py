@@ -1,4 +1,4 @@
-"""``tfrecord-io``: build, validate, index, inspect, reshard and report on TFRecord datasets.
+"""``tfrecord-io``: build, validate, index, inspect, reshard, report on and convert TFRecord datasets.
 
 Each command is an Apache Beam pipeline. Beam's own flags pass straight through
 (``--runner``, ``--direct_num_workers``, ``--flink_master`` ...); without them jobs run
@@ -21,6 +21,19 @@ Exit status: 0 success, 1 the job found problems (validate) or failed, 2 bad usa
 input (found before anything is written), 130 / 143 stopped by Ctrl-C / SIGTERM."""
 
 
+class PlainTextParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose ``--help`` reads as plain text.
+
+    Why: the descriptions are the modules' docstrings, written in reStructuredText for the
+    docs, where a literal is wrapped in double backquotes; a terminal should show the
+    literal alone, not the markup. Subcommands
+    get this class too (``add_subparsers`` makes parsers of the parent's type).
+    """
+
+    def format_help(self) -> str:
+        return super().format_help().replace("``", "")
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="do not print progress lines while running")
     parser.add_argument("--runner-config", metavar="YAML", help="a runner config (configs/flink.yaml ...) to run on")
@@ -39,7 +52,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = PlainTextParser(
         prog="tfrecord-io",
         description=__doc__,
         epilog=EPILOG,
