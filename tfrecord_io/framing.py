@@ -393,9 +393,6 @@ class FrameStream:
             )
         return None
 
-    def at_end(self) -> bool:
-        return not self._fill(1)
-
     @overload
     def frames(
         self, stop: Optional[int] = None, report_corrupt: Literal[False] = False

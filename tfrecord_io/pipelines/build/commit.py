@@ -12,7 +12,6 @@ again from the per-shard files until those are deleted, which happens after
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Dict, Iterable, List, Optional
 
@@ -163,7 +162,3 @@ def _reuse(spec: BuildSpec, info: Dict[str, Any]) -> Dict[str, Any]:
         if latest_info is None or str(latest_info.get("created_utc", "")) <= str(info.get("created_utc", "")):
             dataset_dir.publish(spec.out_dir, spec.version)  # the earlier attempt died between its info file and LATEST
     return dict(info, reused=True)
-
-
-def summary_line(info: Dict[str, Any]) -> str:
-    return json.dumps({k: info.get(k) for k in ("version", "rows_in", "records", "rejected")})

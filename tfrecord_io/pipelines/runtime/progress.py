@@ -167,12 +167,6 @@ def _read_text(path: str) -> Optional[str]:
         return None
 
 
-def read_retrying(progress_dir: str, now: Optional[float] = None) -> Optional[str]:
-    """The newest fresh retry in ``progress_dir`` as text for the progress line, or None."""
-    newest = _newest_retry(progress_dir, now)
-    return describe_retry(newest) if newest is not None else None
-
-
 def _newest_retry(progress_dir: str, now: Optional[float] = None) -> Optional[dict]:
     now = time.time() if now is None else now
     newest: Optional[Tuple[float, dict]] = None
