@@ -65,6 +65,8 @@ class ConvertError(UsageError, ValueError):
 
 def add_parser(sub: Any, common: Any, epilog: str) -> None:
     """The ``convert`` subcommand (registered by the CLI)."""
+    from tfrecord_io.pipelines.arg_types import non_negative_int, positive_int
+
     c = sub.add_parser(
         "convert",
         help="TFRecord Examples <-> Parquet (a Beam job; the split as a column or folder)",
@@ -82,8 +84,8 @@ def add_parser(sub: Any, common: Any, epilog: str) -> None:
         default="column",
         help="TFRecord -> Parquet: the split as a string column 'split' (default) or as OUTPUT/<split>/",
     )
-    c.add_argument("--num-shards", type=int, default=0, help="output shards (per split; 0: let the runner decide)")
-    c.add_argument("--batch-size", type=int, default=1024, help="records per Arrow batch (default 1024)")
+    c.add_argument("--num-shards", type=non_negative_int, default=0, help="output shards (per split; 0: let the runner decide)")
+    c.add_argument("--batch-size", type=positive_int, default=1024, help="records per Arrow batch (default 1024)")
     common(c)
 
 
