@@ -107,6 +107,36 @@ def test_progress_of_a_cluster_job_is_where_its_results_are(tmp_path):
         assert bar.dir is not None and not bar.dir.startswith(str(tmp_path)) and os.path.isdir(bar.dir)
 
 
+def test_no_progress_line_comes_after_the_job_is_over():
+    """The summary follows the progress lines: once ``ProgressPrinter`` has exited, its
+    thread prints nothing more. Before, the exit waited 5 s for the thread and went on;
+    a thread slow in reading the counts (a busy disk or store) then printed its line
+    after the command's summary."""
+    import io
+    import threading
+
+    from tfrecord_io.pipelines.runtime.progress import ProgressPrinter
+
+    stream = io.StringIO()
+    reading, release = threading.Event(), threading.Event()
+    bar = ProgressPrinter("convert", interval=0.01, stream=stream)
+
+    def slow_read():
+        reading.set()
+        release.wait(30)
+        return {"rows": 7}, None
+
+    bar._read = slow_read  # type: ignore[method-assign]
+    bar.__enter__()
+    assert reading.wait(10)
+    threading.Timer(6.0, release.set).start()  # after the exit's join has given up
+    bar.__exit__(None, None, None)
+    stream.write("convert: the summary\n")
+    release.wait(30)
+    bar._thread.join(10)
+    assert stream.getvalue().splitlines()[-1] == "convert: the summary", stream.getvalue()
+
+
 def test_a_job_run_in_process_leaves_no_retry_listener_behind(tmp_path):
     """A job whose pipeline runs in this process (as in a notebook): the launcher's
     retry notes and the counting stage's are unregistered when it ends, so later
