@@ -438,7 +438,9 @@ def stat_many(paths: List[str]) -> Dict[str, Optional[Tuple[int, float]]]:
     """``{path: (size, mtime)}`` for many files, ``None`` for a missing one.
 
     Remote files are listed per parent prefix (one listing per directory, not one
-    request per file), so a manifest of many files in few folders stays cheap.
+    request per file), so a manifest of many files in few folders stays cheap; on S3
+    only the part of the folder around the files asked for (``s3_listing.stat_under``),
+    so a batch of paths costs about what it holds, not what its folder holds.
     """
     out: Dict[str, Optional[Tuple[int, float]]] = {}
     remote_by_parent: Dict[str, List[str]] = {}
@@ -454,6 +456,13 @@ def stat_many(paths: List[str]) -> Dict[str, Optional[Tuple[int, float]]]:
     if remote_by_parent:
         fs = beam_filesystems()
         for parent, wanted in sorted(remote_by_parent.items()):
+            if parent.startswith("s3://"):
+                from . import s3_listing
+
+                listed = s3_listing.stat_under(parent, wanted)
+                if listed is not None:
+                    out.update(listed)
+                    continue
             found = {}
             for meta in fs.match([parent + "/*"])[0].metadata_list:
                 found[meta.path] = (int(meta.size_in_bytes), float(meta.last_updated_in_seconds or 0.0))

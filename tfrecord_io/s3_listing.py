@@ -1,0 +1,94 @@
+"""S3 listings that cost what is asked, not what the folder holds.
+
+Why: a build's planning learns each media file's size and time from a listing of its
+folder, a batch of 1,000 manifest rows at a time (``files.stat_many``). Beam's match
+lists a whole folder, so a manifest of ``N`` rows over one folder of ``N`` files listed
+it ``N / 1000`` times: ``(N / 1000)**2`` pages of 1,000 keys, 10,000 requests for
+100,000 rows (``benchmarks/bench_s3_listing.py``). Here a batch's keys are found by
+listing only around them: S3's ``ListObjectsV2`` starts after any key
+(``StartAfter``), so each window starts just before the first key not yet found and
+takes one page; every key up to that page's last is then known (there, or missing).
+A manifest in folder order needs about one page per batch; one in random order at
+most one request per key; never more pages than listing the folder whole, plus one
+per window. Sizes and times are those of the same listing Beam's match reads, so a
+build's fingerprint does not change with the way they were found.
+
+Also the folders under a prefix (``CommonPrefixes`` with a ``/`` delimiter), so the
+files of ``root/<label>/`` folders can be listed by many workers at once.
+
+Both go through Beam's boto3 client for the current S3 options (``files._s3_client``:
+one per process, :mod:`tfrecord_io.s3_clients`) and return None where Beam lacks those
+internals; callers then use Beam's match as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+#: keys per ListObjectsV2 page (S3's maximum)
+PAGE_KEYS = 1000
+
+
+def _seconds(updated: Any) -> float:
+    """``LastModified`` as Beam's S3 filesystem turns it into seconds (its match's
+    ``last_updated_in_seconds``), so the same object gives the same number both ways."""
+    from apache_beam.io.aws.s3io import S3IO
+
+    return float(S3IO._updated_to_seconds(updated))
+
+
+def _client(url: str) -> Optional[Tuple[Any, str, str]]:
+    from . import files
+
+    try:
+        return files._s3_client(url)
+    except Exception:  # noqa: BLE001 - a Beam without these internals: the caller matches as before
+        return None
+
+
+def stat_under(parent: str, paths: Iterable[str]) -> Optional[Dict[str, Optional[Tuple[int, float]]]]:
+    """``{path: (size, mtime)}`` (None: no such object) for ``s3://`` paths directly under
+    the folder ``parent``, found by listing windows around them (module doc); None when
+    no client can be made here. Store errors are raised (Beam's match raised them too)."""
+    made = _client(parent.rstrip("/") + "/")
+    if made is None:
+        return None
+    client, bucket, prefix = made
+    by_key = {}
+    for path in paths:
+        by_key[path[len(f"s3://{bucket}/") :]] = path
+    keys = sorted(by_key)
+    out: Dict[str, Optional[Tuple[int, float]]] = {}
+    i = 0
+    start_after: Optional[str] = None
+    while i < len(keys):
+        window = keys[i][:-1]  # just before the first key not yet found: it is on this page if it exists
+        start_after = window if start_after is None or window > start_after else start_after
+        page = client.list_objects_v2(Bucket=bucket, Prefix=prefix, StartAfter=start_after, MaxKeys=PAGE_KEYS)
+        contents = page.get("Contents") or []
+        found = {c["Key"]: c for c in contents}
+        last = contents[-1]["Key"] if contents else None
+        more = bool(page.get("IsTruncated")) and last is not None
+        while i < len(keys) and (not more or keys[i] <= str(last)):
+            c = found.get(keys[i])
+            out[by_key[keys[i]]] = (int(c["Size"]), _seconds(c["LastModified"])) if c is not None else None
+            i += 1
+        start_after = last if more else None
+    return out
+
+
+def folders(prefix: str) -> Optional[List[str]]:
+    """The names of the folders directly under ``s3://bucket/prefix/`` (keys with a
+    ``/`` after the prefix, as ``CommonPrefixes``), sorted; None when no client can be
+    made here."""
+    made = _client(prefix.rstrip("/") + "/")
+    if made is None:
+        return None
+    client, bucket, key = made
+    names: List[str] = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key, Delimiter="/"):
+        names += [p["Prefix"][len(key) :].rstrip("/") for p in page.get("CommonPrefixes") or []]
+    return sorted(names)
+
+
+__all__ = ["PAGE_KEYS", "folders", "stat_under"]
