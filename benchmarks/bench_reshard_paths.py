@@ -83,9 +83,22 @@ def run(tree: str, inputs: List[str], out: str, extra: List[str]) -> Tuple[float
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "tfrecord_io.pipelines", "reshard", *inputs, "--output", f"{out}/part",
-         "--no-progress", *extra, *LOCAL_FLAGS],
-        check=True, cwd=tree, env=env, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "tfrecord_io.pipelines",
+            "reshard",
+            *inputs,
+            "--output",
+            f"{out}/part",
+            "--no-progress",
+            *extra,
+            *LOCAL_FLAGS,
+        ],
+        check=True,
+        cwd=tree,
+        env=env,
+        capture_output=True,
     )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -105,8 +118,10 @@ def main() -> None:
         os.path.join(work, "in"), args.records
     )
     trees = {"before": export_before(args.before, tempfile.mkdtemp(prefix="bench-before-")), "after": REPO}
-    print(f"{args.records:,} records in {len(inputs)} files, {sum(map(os.path.getsize, inputs)) / 1e6:.0f} MB; "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"{args.records:,} records in {len(inputs)} files, {sum(map(os.path.getsize, inputs)) / 1e6:.0f} MB; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     results: Dict[Tuple[str, str], List[Tuple[float, float]]] = {}
     for name in inputs:  # warm the page cache
         with open(name, "rb") as f:
@@ -118,7 +133,7 @@ def main() -> None:
                 got = run(trees[which], inputs, os.path.join(work, "out"), extra)
                 results.setdefault((case, which), []).append(got)
                 print(f"  {case:35s} {which:6s} wall {got[0]:6.2f} s  CPU {got[1]:6.2f} s", flush=True)
-    print(f"\n| case | before wall (CPU) s | after wall (CPU) s | wall ratio | CPU ratio |\n|---|---|---|---|---|")
+    print("\n| case | before wall (CPU) s | after wall (CPU) s | wall ratio | CPU ratio |\n|---|---|---|---|---|")
     for case in CASES:
         b, a = results[(case, "before")], results[(case, "after")]
         bw, bc = statistics.median(x[0] for x in b), statistics.median(x[1] for x in b)

@@ -27,7 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List
+from typing import Dict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -122,9 +122,20 @@ def main() -> None:
                     continue
                 env = dict(os.environ, PYTHONPATH=tree, **server.env())
                 proc = subprocess.run(
-                    [sys.executable, "-c", PLAN, f"s3://{bucket}", str(n), "1" if args.shuffled else "0",
-                     *server.pipeline_args()],
-                    env=env, cwd=tree, capture_output=True, text=True, check=False,
+                    [
+                        sys.executable,
+                        "-c",
+                        PLAN,
+                        f"s3://{bucket}",
+                        str(n),
+                        "1" if args.shuffled else "0",
+                        *server.pipeline_args(),
+                    ],
+                    env=env,
+                    cwd=tree,
+                    capture_output=True,
+                    text=True,
+                    check=False,
                 )
                 if proc.returncode != 0:
                     print(proc.stderr[-3000:])

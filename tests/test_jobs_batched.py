@@ -712,8 +712,17 @@ def _where_records():
 
 
 @pytest.mark.parametrize(
-    "where", [("label", "3"), ("label", "3.0"), ("score", "1.5"), ("tag", "dog"), ("code", "2"), ("label", "x"),
-              ("nope", "1"), ("tag", "")],
+    "where",
+    [
+        ("label", "3"),
+        ("label", "3.0"),
+        ("score", "1.5"),
+        ("tag", "dog"),
+        ("code", "2"),
+        ("label", "x"),
+        ("nope", "1"),
+        ("tag", ""),
+    ],
 )
 def test_where_filter_is_matches_by_the_compiled_parser(where, monkeypatch):
     """``--where`` over a batch by the compiled parser keeps exactly the records the
@@ -757,6 +766,8 @@ def test_reshard_without_a_shard_count_moves_lists_not_records(tmp_path, monkeyp
         prefix = str(tmp_path / f"out-{bool(where)}" / "part")
         result = run_reshard([path], prefix, options(IN_PROCESS), num_shards=0, where=where, progress=False)
         assert result["records"] == len(want)
-        written = collections.Counter(bytes(r) for s in result["shards"] for r in tfrecord_io.tfrecord_iterator(s["path"]))
+        written = collections.Counter(
+            bytes(r) for s in result["shards"] for r in tfrecord_io.tfrecord_iterator(s["path"])
+        )
         assert written == collections.Counter(want)
         assert 0 < sum(calls.values()) <= 40, calls  # 20 read batches of 1,024 (a few more at range cuts)

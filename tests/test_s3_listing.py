@@ -59,7 +59,9 @@ def test_stat_many_lists_around_the_files_not_the_whole_folder(s3_fs, s3_bucket)
     assert len(whole) == len(names)
     calls, stop = _count_lists(s3_bucket + "/media/x")
     try:
-        batch = [f"{s3_bucket}/media/img_{i:05d}.jpg" for i in range(1000, 1100)] + [f"{s3_bucket}/media/img_01050x.jpg"]
+        batch = [f"{s3_bucket}/media/img_{i:05d}.jpg" for i in range(1000, 1100)] + [
+            f"{s3_bucket}/media/img_01050x.jpg"
+        ]
         calls["n"] = 0
         got = files.stat_many(batch)
         assert calls["n"] == 1, calls

@@ -131,7 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--output", required=True, help="output prefix, e.g. out/data (shards: out/data-00000-of-00008.tfrecord)"
     )
-    r.add_argument("--num-shards", type=non_negative_int, default=0, help="number of output shards (0: let the runner decide)")
+    r.add_argument(
+        "--num-shards", type=non_negative_int, default=0, help="number of output shards (0: let the runner decide)"
+    )
     r.add_argument("--compression", default="", choices=["", "none", "gzip", "zlib"], help="output compression")
     r.add_argument("--where", metavar="FEATURE=VALUE", help="keep only records whose feature has this value")
     r.add_argument("--no-index", action="store_true", help="do not write index files")

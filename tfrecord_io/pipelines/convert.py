@@ -92,7 +92,9 @@ def add_parser(sub: Any, common: Any, epilog: str) -> None:
         default="column",
         help="TFRecord -> Parquet: the split as a string column 'split' (default) or as OUTPUT/<split>/",
     )
-    c.add_argument("--num-shards", type=non_negative_int, default=0, help="output shards (per split; 0: let the runner decide)")
+    c.add_argument(
+        "--num-shards", type=non_negative_int, default=0, help="output shards (per split; 0: let the runner decide)"
+    )
     c.add_argument("--batch-size", type=positive_int, default=1024, help="records per Arrow batch (default 1024)")
     common(c)
 
