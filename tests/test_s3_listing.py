@@ -91,7 +91,7 @@ def test_a_folder_tree_on_s3_is_listed_by_label(s3_fs, s3_bucket, tmp_path):
     names = [f"{label}/{i:03d}.jpg" for label in ("cat", "dog", "emu") for i in range(30)] + [".hidden/x.jpg"]
     _put_files(s3_fs, root, names)
     assert list(_ListGroups().process(root)) == ["cat", "dog", "emu"]
-    assert s3_listing.folders(root + "/cat") == []
+    assert s3_listing.folders(*files.s3_folder_client(root + "/cat")) == []
     out, _ = run_pipeline(
         lambda p: {"rows": p | ListDirectory(root, batch_rows=7) | beam.FlatMap(lambda b: b)},
         str(tmp_path),

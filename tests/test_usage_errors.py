@@ -137,7 +137,7 @@ def test_other_errors_are_not_usage_errors(tmp_path):
 
 
 # Every numeric option of every command, with a value it cannot use: refused by argparse
-# while parsing (pipelines/arg_types.py): exit 2, the option named, nothing started.
+# while parsing (pipelines/runtime/arg_types.py): exit 2, the option named, nothing started.
 NUMERIC = [
     (["build", "c.yaml", "--num-shards", "0"], "--num-shards: must be 1 or more, got 0"),
     (["build", "c.yaml", "--num-shards", "-3"], "--num-shards: must be 1 or more, got -3"),

@@ -277,6 +277,18 @@ def _s3_client(path: str) -> Tuple[Any, str, str]:
     return s3io.S3IO(options=filesystem._options).client.client, bucket, key
 
 
+def s3_folder_client(folder: str) -> Optional[Tuple[Any, str, str]]:
+    """``(client, bucket, key prefix ending in /)`` for an ``s3://`` folder (Beam's
+    client: :func:`_s3_client`), or None for other schemes or where Beam lacks these
+    internals (the caller then uses Beam's match)."""
+    if not folder.startswith("s3://"):
+        return None
+    try:
+        return _s3_client(folder.rstrip("/") + "/")
+    except Exception:  # noqa: BLE001 - a Beam without these internals, a bucket-only URL: Beam's match
+        return None
+
+
 def put_if_absent(path: str, data: bytes) -> Optional[bool]:
     """Create the object ``path`` holding ``data`` unless it exists: True when created and
     the store vouches that nothing was there, False when something is there (nothing
@@ -456,13 +468,12 @@ def stat_many(paths: List[str]) -> Dict[str, Optional[Tuple[int, float]]]:
     if remote_by_parent:
         fs = beam_filesystems()
         for parent, wanted in sorted(remote_by_parent.items()):
-            if parent.startswith("s3://"):
+            client = s3_folder_client(parent)
+            if client is not None:
                 from . import s3_listing
 
-                listed = s3_listing.stat_under(parent, wanted)
-                if listed is not None:
-                    out.update(listed)
-                    continue
+                out.update(s3_listing.stat_under(*client, wanted))
+                continue
             found = {}
             for meta in fs.match([parent + "/*"])[0].metadata_list:
                 found[meta.path] = (int(meta.size_in_bytes), float(meta.last_updated_in_seconds or 0.0))

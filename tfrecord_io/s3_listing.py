@@ -16,9 +16,10 @@ build's fingerprint does not change with the way they were found.
 Also the folders under a prefix (``CommonPrefixes`` with a ``/`` delimiter), so the
 files of ``root/<label>/`` folders can be listed by many workers at once.
 
-Both go through Beam's boto3 client for the current S3 options (``files._s3_client``:
-one per process, :mod:`tfrecord_io.s3_clients`) and return None where Beam lacks those
-internals; callers then use Beam's match as before.
+Both take the boto3 client Beam's S3 filesystem uses for the current options
+(``files._s3_client``: one per process, :mod:`tfrecord_io.s3_clients`); where Beam
+lacks those internals, callers use Beam's match as before. (This module imports none
+of ours: ``files`` calls it.)
 """
 
 from __future__ import annotations
@@ -37,23 +38,11 @@ def _seconds(updated: Any) -> float:
     return float(S3IO._updated_to_seconds(updated))
 
 
-def _client(url: str) -> Optional[Tuple[Any, str, str]]:
-    from . import files
-
-    try:
-        return files._s3_client(url)
-    except Exception:  # noqa: BLE001 - a Beam without these internals: the caller matches as before
-        return None
-
-
-def stat_under(parent: str, paths: Iterable[str]) -> Optional[Dict[str, Optional[Tuple[int, float]]]]:
-    """``{path: (size, mtime)}`` (None: no such object) for ``s3://`` paths directly under
-    the folder ``parent``, found by listing windows around them (module doc); None when
-    no client can be made here. Store errors are raised (Beam's match raised them too)."""
-    made = _client(parent.rstrip("/") + "/")
-    if made is None:
-        return None
-    client, bucket, prefix = made
+def stat_under(client: Any, bucket: str, prefix: str, paths: Iterable[str]) -> Dict[str, Optional[Tuple[int, float]]]:
+    """``{path: (size, mtime)}`` (None: no such object) for ``s3://bucket/...`` paths
+    directly under the folder ``prefix`` (a key ending in ``/``), found by listing
+    windows around them (module doc) with the boto3 ``client``. Store errors are
+    raised (Beam's match raised them too)."""
     by_key = {}
     for path in paths:
         by_key[path[len(f"s3://{bucket}/") :]] = path
@@ -77,14 +66,9 @@ def stat_under(parent: str, paths: Iterable[str]) -> Optional[Dict[str, Optional
     return out
 
 
-def folders(prefix: str) -> Optional[List[str]]:
-    """The names of the folders directly under ``s3://bucket/prefix/`` (keys with a
-    ``/`` after the prefix, as ``CommonPrefixes``), sorted; None when no client can be
-    made here."""
-    made = _client(prefix.rstrip("/") + "/")
-    if made is None:
-        return None
-    client, bucket, key = made
+def folders(client: Any, bucket: str, key: str) -> List[str]:
+    """The names of the folders directly under ``s3://bucket/key`` (``key`` ends in
+    ``/``; keys with a ``/`` after it, S3's ``CommonPrefixes``), sorted."""
     names: List[str] = []
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key, Delimiter="/"):
         names += [p["Prefix"][len(key) :].rstrip("/") for p in page.get("CommonPrefixes") or []]

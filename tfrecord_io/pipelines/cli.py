@@ -13,7 +13,7 @@ import logging
 import sys
 from typing import Iterator, List, Optional
 
-from tfrecord_io.pipelines.arg_types import non_negative_int, positive_int
+from tfrecord_io.pipelines.runtime.arg_types import non_negative_int, positive_int
 
 EPILOG = """Beam pipeline options (e.g. --runner=FlinkRunner --flink_master=[local]) may be
 added to any command; they override the config's runner section.

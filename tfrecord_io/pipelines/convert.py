@@ -68,7 +68,7 @@ class ConvertError(UsageError, ValueError):
 
 def add_parser(sub: Any, common: Any, epilog: str) -> None:
     """The ``convert`` subcommand (registered by the CLI)."""
-    from tfrecord_io.pipelines.arg_types import non_negative_int, positive_int
+    from tfrecord_io.pipelines.runtime.arg_types import non_negative_int, positive_int
 
     c = sub.add_parser(
         "convert",

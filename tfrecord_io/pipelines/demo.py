@@ -14,7 +14,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from tfrecord_io.pipelines.arg_types import positive_int
+from tfrecord_io.pipelines.runtime.arg_types import positive_int
 
 
 def _show(value) -> str:

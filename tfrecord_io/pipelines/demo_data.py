@@ -134,7 +134,7 @@ runner:
 def main(argv: Optional[List[str]] = None) -> int:
     import argparse
 
-    from tfrecord_io.pipelines.arg_types import positive_int
+    from tfrecord_io.pipelines.runtime.arg_types import positive_int
 
     parser = argparse.ArgumentParser(description="write the demo media set, manifest and config")
     parser.add_argument("root")

@@ -500,15 +500,13 @@ class _ListGroups(beam.DoFn):
 
     def process(self, root: str):
         if files.is_remote(root):
-            labels = None
-            if root.startswith("s3://"):
-                from tfrecord_io import s3_listing
-
-                labels = s3_listing.folders(root)
-            if labels is None:
+            client = files.s3_folder_client(root)
+            if client is None:
                 yield "*"
                 return
-            yield from (name for name in labels if not name.startswith("."))
+            from tfrecord_io import s3_listing
+
+            yield from (name for name in s3_listing.folders(*client) if not name.startswith("."))
             return
         with os.scandir(root) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
