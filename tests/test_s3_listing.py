@@ -79,6 +79,37 @@ def test_stat_many_lists_around_the_files_not_the_whole_folder(s3_fs, s3_bucket)
         stop()
 
 
+def test_a_manifest_in_random_order_lists_the_folder_once_per_stage(s3_fs, s3_bucket):
+    """Batches of files spread over a big folder (a manifest in random order): windows
+    would cost about a request per file every batch; with the stage's FolderListings
+    the first batch over its budget lists the folder once and later batches make no
+    request. Values as Beam's match gives them."""
+    names = [f"p{i:05d}.png" for i in range(5000)]
+    _put_files(s3_fs, s3_bucket + "/pics", names)
+    whole = {
+        m.path: (int(m.size_in_bytes), float(m.last_updated_in_seconds))
+        for m in FileSystems.match([s3_bucket + "/pics/*"])[0].metadata_list
+    }
+    order = sorted(whole) + [f"{s3_bucket}/pics/gone-{i}.png" for i in range(10)]
+    random.Random(1).shuffle(order)
+    listings = s3_listing.FolderListings()
+    calls, stop = _count_lists(s3_bucket + "/pics/x")
+    try:
+        costs = []
+        for start in range(0, len(order), 1000):
+            calls["n"] = 0
+            batch = order[start : start + 1000]
+            assert files.stat_many(batch, listings) == {p: whole.get(p) for p in batch}
+            costs.append(calls["n"])
+        assert costs[0] <= 4 + 5 and costs[1:] == [0] * (len(costs) - 1), costs  # budget + 5 pages, then none
+        small = s3_listing.FolderListings(max_keys=100)  # a folder too big to keep: windows only
+        calls["n"] = 0
+        assert files.stat_many(order[:1000], small) == {p: whole.get(p) for p in order[:1000]}
+        assert small.folders == {(s3_bucket[len("s3://") :], "pics/"): None}
+    finally:
+        stop()
+
+
 def test_a_folder_tree_on_s3_is_listed_by_label(s3_fs, s3_bucket, tmp_path):
     """root/<label>/<file> on S3: the labels come from one delimited listing and each
     label folder is listed on its own (in parallel on a runner's workers); the rows

@@ -446,13 +446,15 @@ def delete_prefix(prefix: str) -> None:
     shutil.rmtree(_local(prefix), ignore_errors=True)
 
 
-def stat_many(paths: List[str]) -> Dict[str, Optional[Tuple[int, float]]]:
+def stat_many(paths: List[str], s3_listings: Any = None) -> Dict[str, Optional[Tuple[int, float]]]:
     """``{path: (size, mtime)}`` for many files, ``None`` for a missing one.
 
     Remote files are listed per parent prefix (one listing per directory, not one
     request per file), so a manifest of many files in few folders stays cheap; on S3
     only the part of the folder around the files asked for (``s3_listing.stat_under``),
-    so a batch of paths costs about what it holds, not what its folder holds.
+    so a batch of paths costs about what it holds, not what its folder holds
+    (``s3_listings``: a ``s3_listing.FolderListings`` a caller keeps between batches,
+    for paths spread over big folders).
     """
     out: Dict[str, Optional[Tuple[int, float]]] = {}
     remote_by_parent: Dict[str, List[str]] = {}
@@ -472,7 +474,7 @@ def stat_many(paths: List[str]) -> Dict[str, Optional[Tuple[int, float]]]:
             if client is not None:
                 from . import s3_listing
 
-                out.update(s3_listing.stat_under(*client, wanted))
+                out.update(s3_listing.stat_under(*client, wanted, s3_listings))
                 continue
             found = {}
             for meta in fs.match([parent + "/*"])[0].metadata_list:
