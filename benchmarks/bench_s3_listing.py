@@ -11,8 +11,9 @@ stage does: batches of 1,000 rows (``manifest.BATCH_ROWS``), ``prepare_batch`` o
 each with the stage's ``FolderListings`` (as ``PrepareRows`` keeps it), in manifest
 order (``--shuffled``: a manifest in random order). Prints wall and CPU seconds per
 case, the S3 requests made (LIST and HEAD, counted by botocore's event hooks) and
-seconds per 1,000 rows, for this checkout and, with ``--before REV``, for the code at that git revision (exported with ``git archive``, this
-checkout's compiled core copied in), alternately.
+seconds per 1,000 rows, for this checkout and, with ``--before REV``, for the code
+at that git revision (exported with ``git archive``, this checkout's compiled core
+copied in), alternately.
 
     python benchmarks/bench_s3_listing.py [--rows 10000,20000,40000,100000] [--before REV] [--shuffled]
 """
