@@ -63,11 +63,11 @@ names = [f"media{n}/img_{i:06d}.jpg" for i in range(n)]
 if shuffled:
     random.Random(0).shuffle(names)
 rows = [{"image": name} for name in names]
-try:  # what the build's planning stage keeps between its batches (absent in older code)
+import inspect
+keep = {}
+if "listings" in inspect.signature(prepare_batch).parameters:  # what the planning stage keeps (newer code)
     from tfrecord_io.s3_listing import FolderListings
     keep = {"listings": FolderListings()}
-except ImportError:
-    keep = {}
 cpu0 = time.process_time()
 t0 = time.perf_counter()
 found = 0
