@@ -127,9 +127,10 @@ def test_no_progress_line_comes_after_the_job_is_over():
         return {"rows": 7}, None
 
     bar._read = slow_read  # type: ignore[method-assign]
+    bar.join_timeout = 0.2
     bar.__enter__()
     assert reading.wait(10)
-    threading.Timer(6.0, release.set).start()  # after the exit's join has given up
+    threading.Timer(1.0, release.set).start()  # after the exit's join has given up
     bar.__exit__(None, None, None)
     stream.write("convert: the summary\n")
     release.wait(30)

@@ -334,6 +334,7 @@ class ProgressPrinter:
         self._local: Optional[str] = None  # the launcher's own retry notes (and the workers' dir when local)
         self._stop = threading.Event()
         self._printing = threading.Lock()
+        self.join_timeout = 5.0  # how long the exit waits for the printing thread (it prints nothing after)
         self._thread: Optional[threading.Thread] = None
         self._poller: Optional[threading.Thread] = None
         self._polled: Tuple[Dict[str, int], Optional[dict]] = ({}, None)
@@ -429,7 +430,7 @@ class ProgressPrinter:
             release_retries(self._local)
             self._notes = None
         if self._thread:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=self.join_timeout)
         if self._local:
             import shutil
 
