@@ -201,3 +201,64 @@ def test_read_dataset_gives_record_batches_of_its_features(tmp_path):
     assert table.schema.field("label").type == pa.int64()
     assert table.schema.field("v").type == pa.list_(pa.float32(), 2)
     assert sorted(table.column("label").to_pylist()) == [0, 1, 2]
+
+
+def test_arrow_read_keeps_the_features_listed(tmp_path):
+    """``description=[names]``, as ``to_arrow`` takes it: only those columns, in that
+    order, their types from the first file; features of later records outside the list
+    are not read (no failure); a name the first file lacks is an error naming it; the
+    same selection as ``to_arrow`` gives."""
+    _write(str(tmp_path / "a.tfrecord"), _datums(40))
+    _write(str(tmp_path / "b.tfrecord"), [{"id": (99, "int"), "v": ([1.0], "float"), "extra": b"e"}])
+    pattern = str(tmp_path / "*.tfrecord")
+    out, _ = run_pipeline(
+        lambda p: {"b": p | ReadFromTFRecord(pattern, output="arrow", description=["v", "id"], batch_size=16)},
+        str(tmp_path),
+    )
+    table = pa.Table.from_batches(out["b"])
+    assert table.schema.names == ["v", "id"]
+    assert sorted(x[0] for x in table.column("id").to_pylist()) == list(range(40)) + [99]
+    ours = arrow.to_arrow(sorted(glob.glob(pattern)), ["v", "id"])
+    assert ours.schema == table.schema
+    one, _ = run_pipeline(
+        lambda p: {"b": p | ReadFromTFRecord(str(tmp_path / "a.tfrecord"), output="arrow", description="name")},
+        str(tmp_path),
+    )
+    assert pa.Table.from_batches(one["b"]).schema.names == ["name"]
+    with pytest.raises(ValueError, match=r"features \['nope'\] are not in the first 1000 records of .*a.tfrecord"):
+        ReadFromTFRecord(pattern, output="arrow", description=["id", "nope"])
+    with pytest.raises(ValueError, match="a list of names is not enough"):
+        beam.Pipeline() | beam.Create(["x"]) | ReadAllFromTFRecord(output="arrow", description=["id"])
+
+
+def test_sequence_features_left_out_of_arrow_are_named(tmp_path):
+    """A dataset's SequenceExample feature lists cannot be Arrow columns of an Example
+    read: leaving them out warns, naming them; asking for one by name is an error; a
+    selection of context features says nothing."""
+    import json
+    import warnings
+
+    from tfrecord_io import files
+
+    v = tmp_path / "ds" / "v1"
+    (v / "train").mkdir(parents=True)
+    shard = "train/d-train.tfrecord-00000-of-00001"
+    records = [codec.serialize_sequence_example({"label": [i]}, {"frames": [[0.5, i], [1.0, 2.0]]}) for i in range(3)]
+    _write(str(v / shard), records)
+    features = {
+        "label": {"kind": "int", "shape": [], "required": True},
+        "frames": {"kind": "float", "shape": [2], "required": True, "sequence": True},
+    }
+    info = {"features": features, "splits": {"train": {"records": 3, "shards": [{"path": shard, "records": 3}]}}}
+    files.write_bytes(str(v / "tfrecord_io_info.json"), json.dumps(info).encode())
+    files.write_bytes(str(tmp_path / "ds" / "LATEST"), b"v1")
+    with pytest.warns(arrow.SequenceFeaturesLeftOut, match=r"\['frames'\] are SequenceExample feature lists"):
+        table = arrow.to_arrow(str(tmp_path / "ds"))
+    assert table.schema.names == ["label"] and table.column("label").to_pylist() == [0, 1, 2]
+    with pytest.warns(arrow.SequenceFeaturesLeftOut, match="frames"):
+        arrow.schema_from_features(features)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert arrow.to_arrow(str(tmp_path / "ds"), ["label"]).column("label").to_pylist() == [0, 1, 2]
+    with pytest.raises(Exception, match=r"\['frames'\] are SequenceExample feature lists"):
+        arrow.to_arrow(str(tmp_path / "ds"), ["label", "frames"])

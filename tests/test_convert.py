@@ -220,7 +220,7 @@ def test_convert_on_s3_both_ways(s3_server, s3_bucket, tmp_path):
         run_convert([s3_bucket + "/in/a.tfrecord"], "parquet", s3_bucket + "/pq", opts)
         parquet = files.glob(s3_bucket + "/pq/data-*.parquet")
         assert parquet
-        summary = run_convert([s3_bucket + "/pq/*.parquet"], "tfrecord", s3_bucket + "/back", opts)
+        summary = run_convert([s3_bucket + "/pq"], "tfrecord", s3_bucket + "/back", opts)  # a folder: its *.parquet
         assert summary.records == 25
         got = Counter(bytes(d) for p in summary.files for _, d in read_remote(p))
         assert got == Counter(codec.serialize_example(d) for d in datums)
@@ -281,6 +281,35 @@ def test_split_as_folder_round_trips_every_split(built, tmp_path):
     with pytest.raises(ConvertError, match="not in a folder named after one of them"):
         run_convert([moved], "tfrecord", str(tmp_path / "none"), options())
     assert not os.path.exists(tmp_path / "none")
+
+
+def test_a_folder_of_parquet_is_its_parquet_files(built, tmp_path):
+    """``convert FOLDER --to tfrecord`` (it said "not a readable Parquet file ([Errno 21] Is
+    a directory)"): every *.parquet under the folder, sub-folders too, in path order,
+    leaving out what pyarrow, Spark and HF leave out (names starting with '.' or '_')."""
+    from tfrecord_io.pipelines.convert import parquet_files_in
+
+    root, version_dir = built
+    originals = _records_by_split(version_dir)
+    pq_dir = str(tmp_path / "pq")
+    run_convert([root], "parquet", pq_dir, options(), split_as="folder", num_shards=2)
+    # what readers of a Parquet folder skip: unreadable here, so reading one would fail
+    for litter in ("_SUCCESS", "_common_metadata.parquet", ".part.parquet", "_tmp/x.parquet", "notes.txt"):
+        os.makedirs(os.path.dirname(os.path.join(pq_dir, litter)), exist_ok=True)
+        with open(os.path.join(pq_dir, litter), "wb") as f:
+            f.write(b"not parquet")
+    listed = parquet_files_in(pq_dir + "/")
+    shards = sorted(p for split in originals for p in glob.glob(os.path.join(pq_dir, split, "*.parquet")))
+    assert listed == shards and len(listed) == 2 * len(originals)
+    back = str(tmp_path / "back")
+    summary = run_convert([pq_dir], "tfrecord", back, options(), num_shards=1)
+    assert summary.records == sum(sum(c.values()) for c in originals.values())
+    for split, records in originals.items():
+        assert _tfrecords(os.path.join(back, split, "data-*.tfrecord")) == records, split
+    empty = tmp_path / "empty"
+    os.makedirs(empty / "_logs")
+    with pytest.raises(ConvertError, match="no Parquet files"):
+        run_convert([str(empty)], "tfrecord", str(tmp_path / "none"), options())
 
 
 def test_an_output_with_converted_files_is_refused(tmp_path):

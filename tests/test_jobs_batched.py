@@ -107,6 +107,37 @@ def test_progress_of_a_cluster_job_is_where_its_results_are(tmp_path):
         assert bar.dir is not None and not bar.dir.startswith(str(tmp_path)) and os.path.isdir(bar.dir)
 
 
+def test_no_progress_line_comes_after_the_job_is_over():
+    """The summary follows the progress lines: once ``ProgressPrinter`` has exited, its
+    thread prints nothing more. Before, the exit waited 5 s for the thread and went on;
+    a thread slow in reading the counts (a busy disk or store) then printed its line
+    after the command's summary."""
+    import io
+    import threading
+
+    from tfrecord_io.pipelines.runtime.progress import ProgressPrinter
+
+    stream = io.StringIO()
+    reading, release = threading.Event(), threading.Event()
+    bar = ProgressPrinter("convert", interval=0.01, stream=stream)
+
+    def slow_read():
+        reading.set()
+        release.wait(30)
+        return {"rows": 7}, None
+
+    bar._read = slow_read  # type: ignore[method-assign]
+    bar.join_timeout = 0.2
+    bar.__enter__()
+    assert reading.wait(10)
+    threading.Timer(1.0, release.set).start()  # after the exit's join has given up
+    bar.__exit__(None, None, None)
+    stream.write("convert: the summary\n")
+    release.wait(30)
+    bar._thread.join(10)
+    assert stream.getvalue().splitlines()[-1] == "convert: the summary", stream.getvalue()
+
+
 def test_a_job_run_in_process_leaves_no_retry_listener_behind(tmp_path):
     """A job whose pipeline runs in this process (as in a notebook): the launcher's
     retry notes and the counting stage's are unregistered when it ends, so later
@@ -664,3 +695,80 @@ def test_jobs_on_prism_workers_without_the_launchers_tmp(private_tmp_pool, share
         bytes(r) for p in glob.glob(os.path.join(back, "data-*.tfrecord")) for r in tfrecord_io.tfrecord_iterator(p)
     ) == sorted(bytes(r) for p in glob.glob(pattern) for r in tfrecord_io.tfrecord_iterator(p))
     assert not os.path.exists(temp) or os.listdir(temp) == []  # every result directory removed
+
+
+def _where_records():
+    """Records where ``--where`` meets every case: ints, floats, text, lists (any element
+    may match), absent keys, an empty list, and a text that reads as a number."""
+    out = []
+    for i in range(400):
+        row = {"id": i, "label": i % 5, "score": [0.5 * (i % 4), 7.0], "tag": [b"cat" if i % 3 else b"dog", b"x"]}
+        if i % 7 == 0:
+            del row["label"]
+        if i % 11 == 0:
+            row["tag"] = ([], "bytes")
+        row["code"] = str(i % 4).encode()  # bytes that read as numbers
+        out.append(serialize_example(row))
+    return out
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        ("label", "3"),
+        ("label", "3.0"),
+        ("score", "1.5"),
+        ("tag", "dog"),
+        ("code", "2"),
+        ("label", "x"),
+        ("nope", "1"),
+        ("tag", ""),
+    ],
+)
+def test_where_filter_is_matches_by_the_compiled_parser(where, monkeypatch):
+    """``--where`` over a batch by the compiled parser keeps exactly the records the
+    per-record protobuf test keeps, in order, without that test (it is made to fail
+    here); a batch whose key changes type between records falls back to it."""
+    from tfrecord_io.pipelines import reshard
+
+    records = _where_records()
+    want = [r for r in records if reshard.matches(r, where)]
+    per_record = reshard.matches
+    monkeypatch.setattr(reshard, "matches", lambda *a: pytest.fail("parsed record by record"))
+    got = reshard.WhereFilter(where).keep(records)
+    assert got == want
+    mixed = records[:10] + [serialize_example({"label": b"3"})]  # label: int64, then bytes
+    monkeypatch.setattr(reshard, "matches", per_record)
+    assert reshard.WhereFilter(where).keep(mixed) == [r for r in mixed if per_record(r, where)]
+
+
+def test_reshard_without_a_shard_count_moves_lists_not_records(tmp_path, monkeypatch):
+    """No --num-shards: the records reach the sink's bundle files as the read's lists,
+    one Beam element per batch (reshard.py says it never moves one element per record;
+    it did on this path), with --where too; every record is written once."""
+    from tfrecord_io import beam_sink
+
+    path = str(tmp_path / "in.tfrecord")
+    records = [serialize_example({"label": i % 3, "id": i}) for i in range(20_000)]
+    with RecordWriter(path) as w:
+        w.write_records(records)
+    calls = collections.Counter()
+    for cls in {beam_sink._WriteBundles, *beam_sink._WriteBundles.__subclasses__()}:
+        original = cls.__dict__.get("process")
+        if original is not None:
+
+            def counted(self, element, _original=original, _name=cls.__name__):
+                calls[_name] += 1
+                return _original(self, element)
+
+            monkeypatch.setattr(cls, "process", counted)
+    for where, want in ((None, records), (("label", "1"), records[1::3])):
+        calls.clear()
+        prefix = str(tmp_path / f"out-{bool(where)}" / "part")
+        result = run_reshard([path], prefix, options(IN_PROCESS), num_shards=0, where=where, progress=False)
+        assert result["records"] == len(want)
+        written = collections.Counter(
+            bytes(r) for s in result["shards"] for r in tfrecord_io.tfrecord_iterator(s["path"])
+        )
+        assert written == collections.Counter(want)
+        assert 0 < sum(calls.values()) <= 40, calls  # 20 read batches of 1,024 (a few more at range cuts)

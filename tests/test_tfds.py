@@ -229,3 +229,98 @@ def test_tfds_slices_and_an_array_feature_match_ours(tmp_path):
             assert np.allclose(emb, by_id[rid]["emb"]) and names[label] == by_id[rid]["label"], rid
             assert caption == by_id[rid]["caption"]
             assert pix == by_id[rid]["pix"] and pts == by_id[rid]["pts"], rid
+
+
+def _png(mode, i):
+    import io
+
+    from PIL import Image as PILImage
+
+    size = (5 + i, 3 + i % 4)
+    color = {"L": 40 * i % 256, "RGB": (i * 30 % 256, 90, 200), "RGBA": (10, i * 20 % 256, 30, 128)}[mode]
+    out = io.BytesIO()
+    PILImage.new(mode, size, color).save(out, "PNG")
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def modeless_builds(tmp_path_factory):
+    """Builds whose image column has no ``mode:`` (the default config): all RGB, and a
+    folder's mix of grayscale and colour PNGs."""
+    import apache_beam as beam
+
+    from tests.pipeline_support import IN_PROCESS, options
+
+    out = {}
+    for name, modes in (("rgb", ["RGB"]), ("mixed", ["L", "RGB"])):
+        rows = [{"id": i, "image": _png(modes[i % len(modes)], i), "label": i % 2} for i in range(10)]
+        root = str(tmp_path_factory.mktemp(f"modeless-{name}"))
+        config = {
+            "name": name,
+            "key": "id",
+            "columns": {"id": {"encoder": "int"}, "image": {"encoder": "image"}, "label": {"encoder": "int"}},
+            "splits": {"train": 1.0},
+            "sharding": {"num_shards": 2},
+            "output": {"dir": root, "version": "v1"},
+        }
+        with beam.Pipeline(options=options(IN_PROCESS)) as p:
+            _ = p | beam.Create(rows) | tfrecord_io.BuildDataset(config)
+        out[name] = (os.path.join(root, "v1"), rows)
+    return out
+
+
+def test_a_build_without_an_image_mode_tells_tfds_the_channels(modeless_builds):
+    """The build records the modes it wrote (``image_modes``); TFDS's features get an
+    ``Image`` of those channels (one mode), or of any channels (several: each image
+    decoded as stored), instead of the encoded bytes as a string."""
+    for name, dims, modes in (("rgb", ["-1", "-1", "3"], ["RGB"]), ("mixed", ["-1", "-1", "-1"], ["L", "RGB"])):
+        version_dir, _ = modeless_builds[name]
+        info = datasets.load_info(version_dir)
+        assert info["image_modes"] == {"image": modes}
+        with open(os.path.join(version_dir, "features.json")) as f:
+            image = json.load(f)["content"]["features"]["image"]["featuresDict"]["features"]["encoded"]
+        assert image["pythonClassName"].endswith("image_feature.Image"), image
+        assert image["image"]["shape"]["dimensions"] == dims
+
+
+def test_image_channels_for_tfds():
+    assert tfds_info.image_channels({"mode": "RGB"}, None) == "3"
+    assert tfds_info.image_channels({"mode": "RGB", "reencode": "raw"}, ["RGB"]) is None  # pixels: no PNG/JPEG
+    assert tfds_info.image_channels({}, ["L"]) == "1"
+    assert tfds_info.image_channels({}, ["RGBA"]) == "4"
+    assert tfds_info.image_channels({}, ["L", "RGBA"]) == "-1"
+    assert tfds_info.image_channels({}, ["LA"]) is None  # TFDS's 8-bit Image does not decode it
+    assert tfds_info.image_channels({}, ["I;16", "L"]) is None
+    assert tfds_info.image_channels({}, None) is None  # built before modes were recorded
+    assert tfds_info.image_channels({}, []) is None  # no image written
+
+
+TFDS_IMAGES = r"""
+import json, sys
+import numpy as np
+import tensorflow_datasets as tfds
+builder = tfds.builder_from_directory(sys.argv[1])
+print(json.dumps({int(ex["id"]): [list(ex["image"]["encoded"].shape), ex["image"]["encoded"].astype(np.int64).tolist()]
+                  for ex in tfds.as_numpy(builder.as_dataset(split="train"))}))
+"""
+
+
+@pytest.mark.tensorflow
+def test_tfds_decodes_images_built_without_a_mode(modeless_builds):
+    """TFDS opens both builds and gives each image decoded, as our decoder gives it:
+    the same shape (grayscale (h, w, 1) beside colour (h, w, 3) in the mixed one) and
+    pixels."""
+    import io
+
+    from PIL import Image as PILImage
+
+    _require_tfds()
+    for name in ("rgb", "mixed"):
+        version_dir, rows = modeless_builds[name]
+        got = run_tf(TFDS_IMAGES, version_dir)
+        assert sorted(map(int, got)) == [r["id"] for r in rows], name
+        for row in rows:
+            want = np.asarray(PILImage.open(io.BytesIO(row["image"])))
+            want = want.reshape(want.shape[0], want.shape[1], -1)
+            shape, pixels = got[str(row["id"])]
+            assert shape == list(want.shape) and pixels == want.tolist(), (name, row["id"])

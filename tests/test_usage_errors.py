@@ -80,6 +80,8 @@ CASES = [
     ("no input: inspect", ["inspect", "{d}/nothing-*.tfrecord"], "nothing matches {d}/nothing-*.tfrecord"),
     ("no input: index", ["index", "{d}/empty"], "no *.tfrecord* file in {d}/empty"),
     ("no input: reshard", ["reshard", "{d}/absent.tfrecord", "--output", "{d}/o/x"], "nothing matches"),
+    ("no input: validate", ["validate", "{d}/absent.tfrecord"], "nothing matches {d}/absent.tfrecord"),
+    ("no input: validate dir", ["validate", "{d}/data.tfrecord", "{d}/empty"], "no *.tfrecord* file in {d}/empty"),
     ("no input: report", ["report", "{d}/absent.tfrecord", "--output", "{d}/r.html"], "no TFRecord files"),
     ("--where", ["reshard", "{d}/data.tfrecord", "--output", "{d}/o/x", "--where", "label"], "FEATURE=VALUE"),
     ("--report dir", ["validate", "{d}/data.tfrecord", "--report", "{d}/no/such/r.json"], "does not exist"),
@@ -132,3 +134,60 @@ def test_other_errors_are_not_usage_errors(tmp_path):
     proc = run_cli("inspect", str(path), "--no-progress", *IN_PROCESS, log_dir=str(tmp_path / "logs"))
     assert proc.returncode == 1, proc.stderr
     assert "exit:  1 (the job failed)" in proc.stderr
+
+
+# Every numeric option of every command, with a value it cannot use: refused by argparse
+# while parsing (pipelines/runtime/arg_types.py): exit 2, the option named, nothing started.
+NUMERIC = [
+    (["build", "c.yaml", "--num-shards", "0"], "--num-shards: must be 1 or more, got 0"),
+    (["build", "c.yaml", "--num-shards", "-3"], "--num-shards: must be 1 or more, got -3"),
+    (["inspect", "x.tfrecord", "--head", "-5"], "--head: must be 0 or more, got -5"),
+    (["reshard", "x.tfrecord", "--output", "o", "--num-shards", "-1"], "--num-shards: must be 0 or more, got -1"),
+    (["report", "x.tfrecord", "--output", "r.html", "--samples", "-2"], "--samples: must be 0 or more, got -2"),
+    (["convert", "x", "--to", "parquet", "--output", "o", "--num-shards", "-1"], "--num-shards: must be 0 or more"),
+    (["convert", "x", "--to", "parquet", "--output", "o", "--batch-size", "0"], "--batch-size: must be 1 or more"),
+    (["inspect", "x.tfrecord", "--head", "three"], "--head: expected a whole number, got 'three'"),
+]
+
+
+@pytest.mark.parametrize("argv,message", NUMERIC, ids=[" ".join(a[0:1] + a[-2:]) for a, _ in NUMERIC])
+def test_numeric_options_refuse_nonsense_while_parsing(argv, message, capsys):
+    from tfrecord_io.pipelines.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_known_args(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"tfrecord-io {argv[0]}: error: argument {message}" in err, err
+
+
+def test_numeric_options_keep_their_meaningful_values():
+    from tfrecord_io.pipelines.cli import build_parser
+
+    parse = build_parser().parse_known_args
+    assert parse(["inspect", "x", "--head", "0"])[0].head == 0
+    assert parse(["reshard", "x", "--output", "o", "--num-shards", "0"])[0].num_shards == 0
+    assert parse(["report", "x", "--output", "r", "--samples", "0"])[0].samples == 0
+    assert parse(["build", "c.yaml", "--num-shards", "4"])[0].num_shards == 4
+
+
+def test_a_negative_shard_count_is_a_usage_error_not_a_traceback(files):
+    """As a person meets it: ``reshard --num-shards -1`` ended in a ValueError traceback,
+    exit 1; now argparse's message, exit 2, nothing written."""
+    d = str(files)
+    before = sorted(os.listdir(d))
+    proc = run_cli("reshard", f"{d}/data.tfrecord", "--output", f"{d}/o/x", "--num-shards", "-1", cwd=d)
+    assert proc.returncode == 2, proc.stderr
+    assert "argument --num-shards: must be 0 or more, got -1" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert sorted(os.listdir(d)) == before
+
+
+def test_validate_reads_a_directory_as_its_tfrecord_files(files):
+    """A directory is its *.tfrecord* files (index files excluded), as for index, inspect
+    and reshard; validate passed it to the read as a pattern and failed on it
+    (IsADirectoryError, exit 1)."""
+    d = str(files)
+    proc = run_cli("validate", d, "--no-progress", *IN_PROCESS, cwd=d, log_dir=str(files / "logs"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 files, 3 records" in proc.stdout, proc.stdout

@@ -122,18 +122,43 @@ def _wire_kind(kind: Any, key: str) -> str:
         raise ExampleCodecError(f"feature {key!r}: unknown type {kind!r}; use 'bytes', 'int' or 'float'") from None
 
 
-def schema_from_features(features: Any) -> pa.Schema:
+class SequenceFeaturesLeftOut(UserWarning):
+    """A dataset's SequenceExample feature lists are not in its Arrow schema (they are
+    not Example features: an Arrow read parses records as Examples, which gives a
+    SequenceExample's context features and nothing of its feature lists)."""
+
+
+def schema_from_features(features: Any, warn: bool = True) -> pa.Schema:
     """An Arrow schema from a feature description.
 
     Accepts ``tfrecord_io_info.json``'s ``features`` (``{key: {"kind", "shape", "required",
-    "sequence"}}``; sequence features, which are not Example features, are left out), a
-    description ``{key: "int"}`` or ``{key: ("int", shape)}``, or a list of keys with
-    ``{key: type}`` dicts. A ``pyarrow.Schema`` is returned as it is.
+    "sequence"}}``), a description ``{key: "int"}`` or ``{key: ("int", shape)}``, or a
+    list of keys with ``{key: type}`` dicts. A ``pyarrow.Schema`` is returned as it is.
+
+    Sequence features (SequenceExample feature lists) are left out: an Arrow read
+    parses each record as an Example, which reads a SequenceExample's context features
+    and nothing of its lists. Leaving them out says so (``warn``, on by default): a
+    :class:`SequenceFeaturesLeftOut` warning naming them, rather than a silent column
+    loss; not an error, because the context features (ids, labels, lengths) read
+    correctly and are often what a table of such a dataset is for. Their values are
+    read with ``tfrecord_io.parse_sequence_example`` on the records
+    (``iter_dataset(..., output="bytes")``). A description that names only the
+    context features (a list of keys) warns of nothing.
     """
     if isinstance(features, pa.Schema):
         return features
     if not isinstance(features, Mapping):
         raise TypeError(f"a schema source must be a pyarrow.Schema or a mapping of features, not {features!r:.80}")
+    sequence = sorted(k for k, spec in features.items() if isinstance(spec, Mapping) and spec.get("sequence"))
+    if sequence and warn:
+        import warnings
+
+        warnings.warn(
+            f"features {sequence} are SequenceExample feature lists, not Example features: they are not in the "
+            "Arrow schema (the context features are); read them with tfrecord_io.parse_sequence_example",
+            SequenceFeaturesLeftOut,
+            stacklevel=3,
+        )
     fields = []
     for key, spec in features.items():
         if isinstance(spec, Mapping):
@@ -419,8 +444,12 @@ def _pieces(paths: Sequence[str]) -> List[Any]:
     return [Piece(path, files.normalize_compression(None, path)) for path in paths]
 
 
-def _dataset_source(source: str, split: Optional[str]) -> Optional[Tuple[List[Any], pa.Schema]]:
-    """(pieces to read, schema) of a built dataset, or None if ``source`` is not one."""
+def _dataset_source(
+    source: str, split: Optional[str], keys: Optional[Sequence[str]] = None
+) -> Optional[Tuple[List[Any], pa.Schema]]:
+    """(pieces to read, schema) of a built dataset, or None if ``source`` is not one;
+    ``keys``: the features asked for (a sequence feature among them is an error naming
+    it; without keys the sequence features left out are warned of)."""
     from .dataset_reader import select_dataset
     from .datasets import DatasetLayoutError, load_info, resolve_version_dir
     from .sharding import plan_shard
@@ -435,7 +464,19 @@ def _dataset_source(source: str, split: Optional[str]) -> Optional[Tuple[List[An
     if split is None:
         split = "+".join(sorted(info.get("splits") or {})) or "train"
     selection = select_dataset(version_dir, split)
-    return plan_shard(selection.files, 0, 1), schema_from_features(info.get("features") or {})
+    features = info.get("features") or {}
+    if keys is not None:
+        _refuse_sequence_keys(keys, features)
+    return plan_shard(selection.files, 0, 1), schema_from_features(features, warn=keys is None)
+
+
+def _refuse_sequence_keys(keys: Sequence[str], features: Mapping[str, Any]) -> None:
+    asked = sorted(k for k in keys if isinstance(features.get(k), Mapping) and features[k].get("sequence"))
+    if asked:
+        raise ExampleCodecError(
+            f"features {asked} are SequenceExample feature lists: an Arrow read parses Examples and cannot give "
+            "them (read them with tfrecord_io.parse_sequence_example)"
+        )
 
 
 class _Places:
@@ -520,7 +561,10 @@ def _batches(
     if batch_size < 1 or max_batch_bytes < 1:
         raise ValueError("batch_size and max_batch_bytes must be positive")
     sources = [source] if isinstance(source, str) else list(source)
-    dataset = _dataset_source(sources[0], split) if len(sources) == 1 else None
+    asked = None
+    if description is not None and not isinstance(description, (pa.Schema, Mapping)):
+        asked = [description] if isinstance(description, str) else list(description)
+    dataset = _dataset_source(sources[0], split, asked) if len(sources) == 1 else None
     schema: Optional[pa.Schema] = None
     if dataset is not None:
         pieces, schema = dataset
@@ -733,5 +777,6 @@ __all__ = [
     "parse_columns_py",
     "records_to_batch",
     "schema_from_features",
+    "SequenceFeaturesLeftOut",
     "to_arrow",
 ]

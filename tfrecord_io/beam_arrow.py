@@ -65,22 +65,49 @@ class ArrowReadResult(NamedTuple):
 
 
 def schema_of(description: Any) -> Optional[pa.Schema]:
-    """The schema a description names, or None (inferred later)."""
-    if description is None:
+    """The schema a description names, or None (inferred later, or a list of keys)."""
+    if description is None or _keys_of(description) is not None:
         return None
     if isinstance(description, (pa.Schema, dict)) or hasattr(description, "items"):
         return arrow.schema_from_features(description)
     raise ValueError(
-        "output='arrow' takes description as a pyarrow.Schema or a mapping of features "
-        f"({{'label': 'int'}} or tfrecord_io_info.json's features), not {description!r:.80}"
+        "output='arrow' takes description as a pyarrow.Schema, a mapping of features "
+        f"({{'label': 'int'}} or tfrecord_io_info.json's features) or a list of feature names, not {description!r:.80}"
     )
 
 
-def infer_schema_of_pattern(file_pattern: str, records: int = _INFER_RECORDS) -> pa.Schema:
+def _keys_of(description: Any) -> Optional[List[str]]:
+    """The feature names of a description that is a list of them (as ``to_arrow`` takes:
+    a name or a list/tuple of names), else None."""
+    if isinstance(description, str):
+        return [description]
+    if isinstance(description, (list, tuple)) and description and all(isinstance(k, str) for k in description):
+        return list(description)
+    return None
+
+
+def select_keys(schema: pa.Schema, keys: Sequence[str], sampled: str) -> pa.Schema:
+    """``schema`` reduced to ``keys``, in their order; a key the sample did not have is
+    an error naming it and where the sample came from."""
+    missing = [k for k in keys if k not in schema.names]
+    if missing:
+        raise ValueError(
+            f"features {missing} are not in the first {_INFER_RECORDS} records of {sampled} (they have: "
+            f"{', '.join(schema.names) or 'none'}): check the names, or pass description= a pyarrow.Schema "
+            "or {name: type} to read them"
+        )
+    return pa.schema([schema.field(k) for k in keys])
+
+
+def infer_schema_of_pattern(
+    file_pattern: str, records: int = _INFER_RECORDS, keys: Optional[Sequence[str]] = None
+) -> pa.Schema:
     """The schema of the first ``records`` Examples of the first file matched, at
     pipeline construction (as ``validate`` matches the pattern then): every batch of
     the read then has this one schema, and a later record with a feature the sample
-    lacked fails the job naming it (pass ``description=`` to read such files)."""
+    lacked fails the job naming it (pass ``description=`` to read such files).
+    ``keys``: only these features, their types from the sample (other features of
+    later records are then not read, as ``to_arrow(description=[...])`` does)."""
     paths = arrow._data_files([file_pattern])
     sample: List[Any] = []
     locations: List[Tuple[Optional[str], Optional[int]]] = []
@@ -88,7 +115,8 @@ def infer_schema_of_pattern(file_pattern: str, records: int = _INFER_RECORDS) ->
         sample = [bytes(d) for d in datas]
         locations = [places[i] for i in range(len(datas))]
         break
-    return arrow.infer_schema(sample, locations)
+    schema = arrow.infer_schema(sample, locations)
+    return schema if keys is None else select_keys(schema, keys, paths[0] if paths else file_pattern)
 
 
 class _RecordsToArrow(beam.DoFn):
@@ -142,24 +170,30 @@ class ArrowBatches:
         if with_metadata:
             raise ValueError("output='arrow' gives RecordBatches: with_metadata/with_filename do not apply")
         self.schema = schema_of(description)
+        self.keys = _keys_of(description)  # the features to keep, their types from the first file
         self._dead_letter = on_corrupt == "dead_letter"
         self._inferred = False
 
     def require_schema(self, file_pattern: str, validate: bool) -> None:
-        """Infer the schema from the pattern's first file when none was given (not
-        with ``validate=False``, which promises not to open the files before the job)."""
+        """Infer the schema from the pattern's first file when none was given, or the
+        types of the features ``description`` lists (not with ``validate=False``,
+        which promises not to open the files before the job)."""
         if self.schema is None:
             if not validate:
-                raise ValueError("output='arrow' with validate=False needs description= (the schema of the batches)")
-            self.schema = infer_schema_of_pattern(file_pattern)
-            self._inferred = True
+                raise ValueError(
+                    "output='arrow' with validate=False needs description= a pyarrow.Schema or {name: type} "
+                    "(the schema of the batches; a list of names takes its types from the files)"
+                )
+            self.schema = infer_schema_of_pattern(file_pattern, keys=self.keys)
+            self._inferred = self.keys is None  # every feature: a later unknown one fails; chosen ones: others skipped
 
     def attach(self, read: Any) -> Any:
         """The read's output (lists of ``(path, offset, record)``) -> RecordBatches."""
         if self.schema is None:
             raise ValueError(
-                "ReadAllFromTFRecord(output='arrow') needs description= (a pyarrow.Schema or a mapping of "
-                "features): the files are not known when the pipeline is built"
+                "ReadAllFromTFRecord(output='arrow') needs description= a pyarrow.Schema or a mapping of "
+                "features ({name: type}; a list of names is not enough): the files are not known when the "
+                "pipeline is built, so no types can be read from them"
             )
         fn = beam.ParDo(_RecordsToArrow(self.schema, self._dead_letter, strict=self._inferred))
         if not self._dead_letter:

@@ -663,8 +663,10 @@ class ReadFromTFRecord(beam.PTransform):
     - ``output="example"`` with ``description``: parsed Example dicts (NumPy values).
     - ``output="arrow"``: ``pyarrow.RecordBatch``es of up to ``batch_size`` records (default
       1024), one schema for all: ``description`` as a ``pyarrow.Schema`` or a mapping of
-      features (see ``tfrecord_io.arrow``), else inferred from the first file. With
-      dead letters, records that do not fit the schema go there too.
+      features (see ``tfrecord_io.arrow``), else inferred from the first file; as a list
+      of feature names (as ``tfrecord_io.to_arrow`` takes it), only those columns, their
+      types from the first file. With dead letters, records that do not fit the schema
+      go there too.
     - ``with_metadata=True``: ``(path, offset, record)`` tuples (``with_filename=True``:
       ``(path, record)``, as Beam's ReadAll gives).
     - ``batch_size=N``: lists of up to N records (one range never mixes into another's

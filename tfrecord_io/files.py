@@ -277,6 +277,18 @@ def _s3_client(path: str) -> Tuple[Any, str, str]:
     return s3io.S3IO(options=filesystem._options).client.client, bucket, key
 
 
+def s3_folder_client(folder: str) -> Optional[Tuple[Any, str, str]]:
+    """``(client, bucket, key prefix ending in /)`` for an ``s3://`` folder (Beam's
+    client: :func:`_s3_client`), or None for other schemes or where Beam lacks these
+    internals (the caller then uses Beam's match)."""
+    if not folder.startswith("s3://"):
+        return None
+    try:
+        return _s3_client(folder.rstrip("/") + "/")
+    except Exception:  # noqa: BLE001 - a Beam without these internals, a bucket-only URL: Beam's match
+        return None
+
+
 def put_if_absent(path: str, data: bytes) -> Optional[bool]:
     """Create the object ``path`` holding ``data`` unless it exists: True when created and
     the store vouches that nothing was there, False when something is there (nothing
@@ -434,11 +446,15 @@ def delete_prefix(prefix: str) -> None:
     shutil.rmtree(_local(prefix), ignore_errors=True)
 
 
-def stat_many(paths: List[str]) -> Dict[str, Optional[Tuple[int, float]]]:
+def stat_many(paths: List[str], s3_listings: Any = None) -> Dict[str, Optional[Tuple[int, float]]]:
     """``{path: (size, mtime)}`` for many files, ``None`` for a missing one.
 
     Remote files are listed per parent prefix (one listing per directory, not one
-    request per file), so a manifest of many files in few folders stays cheap.
+    request per file), so a manifest of many files in few folders stays cheap; on S3
+    only the part of the folder around the files asked for (``s3_listing.stat_under``),
+    so a batch of paths costs about what it holds, not what its folder holds
+    (``s3_listings``: a ``s3_listing.FolderListings`` a caller keeps between batches,
+    for paths spread over big folders).
     """
     out: Dict[str, Optional[Tuple[int, float]]] = {}
     remote_by_parent: Dict[str, List[str]] = {}
@@ -454,6 +470,12 @@ def stat_many(paths: List[str]) -> Dict[str, Optional[Tuple[int, float]]]:
     if remote_by_parent:
         fs = beam_filesystems()
         for parent, wanted in sorted(remote_by_parent.items()):
+            client = s3_folder_client(parent)
+            if client is not None:
+                from . import s3_listing
+
+                out.update(s3_listing.stat_under(*client, wanted, s3_listings))
+                continue
             found = {}
             for meta in fs.match([parent + "/*"])[0].metadata_list:
                 found[meta.path] = (int(meta.size_in_bytes), float(meta.last_updated_in_seconds or 0.0))

@@ -16,8 +16,10 @@ Files (TFDS 4.x's own layout, version directory = TFDS's data directory):
   ``train/demo-train.tfrecord-{SHARD_X_OF_Y}``; it is checked against every shard.
 - ``features.json``: TFDS's ``FeaturesDict``. Keys with ``/`` nest (TFDS flattens nested
   dicts to ``image/encoded``, which is how our encoders name Example keys). An Image
-  encoder's ``encoded`` bytes -> ``Image`` (shape ``(None, None, channels)`` from its mode,
-  decoded whatever the format: PNG and JPEG); a Label -> ``ClassLabel`` (names in
+  encoder's ``encoded`` bytes -> ``Image`` (shape ``(None, None, channels)`` from its
+  configured mode, or without one from the modes the build wrote, recorded in
+  ``image_modes``: see :func:`image_channels`; decoded whatever the format: PNG and
+  JPEG); a Label -> ``ClassLabel`` (names in
   ``<key>.labels.txt``); a Text -> ``Text``; float32 audio samples stored as bytes ->
   ``Audio`` (float32, its sample rate); other features -> ``Scalar`` / ``Tensor`` of their
   type and shape (strings as ``Text``); an Array -> ``Tensor`` of its shape and dtype
@@ -71,14 +73,40 @@ def _tensor(
     }
 
 
-def _special_leaves(encoders: Mapping[str, Mapping[str, Any]]) -> Dict[str, Tuple[Dict[str, Any], Optional[List[str]]]]:
+def image_channels(cfg: Mapping[str, Any], modes_seen: Optional[List[str]]) -> Optional[str]:
+    """The channels TFDS's ``Image`` states for an Image column: ``"1"``/``"3"``/``"4"``,
+    ``"-1"`` (each image decoded with its own channels), or None (no ``Image``: TFDS
+    gives the stored bytes as a string).
+
+    A configured ``mode`` (L, RGB, RGBA) gives its channels. Without one each image
+    keeps its own mode, so the build records the modes it wrote (``image_modes`` in
+    ``tfrecord_io_info.json``): one mode TFDS's 8-bit ``Image`` decodes gives its
+    channels; several of them (grayscale and colour photos in one folder) give ``-1``,
+    and TFDS then decodes each image as stored, as our decoder does (``(h, w, 1)`` for a
+    grayscale one beside ``(h, w, 3)``: batch them after a resize or ``mode: RGB``). A
+    mode it does not decode (LA, 16-bit or float grayscale), no image written, or a
+    version built before modes were recorded: no ``Image``."""
+    if cfg.get("reencode") == "raw":
+        return None
+    if cfg.get("mode") is not None:
+        return str(_CHANNELS[cfg["mode"]]) if cfg["mode"] in _CHANNELS else None
+    if not modes_seen or any(m not in _CHANNELS for m in modes_seen):
+        return None
+    counts = {_CHANNELS[m] for m in modes_seen}
+    return str(counts.pop()) if len(counts) == 1 else "-1"
+
+
+def _special_leaves(
+    encoders: Mapping[str, Mapping[str, Any]], image_modes: Optional[Mapping[str, List[str]]] = None
+) -> Dict[str, Tuple[Dict[str, Any], Optional[List[str]]]]:
     """Example key -> (TFDS feature JSON, class names or None) for what our encoders
     wrote with a TFDS equivalent: images, labels, texts, float32 audio."""
     out: Dict[str, Tuple[Dict[str, Any], Optional[List[str]]]] = {}
     for column, cfg in encoders.items():
         kind, prefix = cfg.get("type"), cfg.get("key") or column
-        if kind == "Image" and cfg.get("reencode") != "raw" and cfg.get("mode") in _CHANNELS:
-            shape = {"dimensions": ["-1", "-1", str(_CHANNELS[cfg["mode"]])]}
+        channels = image_channels(cfg, (image_modes or {}).get(column)) if kind == "Image" else None
+        if channels is not None:
+            shape = {"dimensions": ["-1", "-1", channels]}
             out[f"{prefix}/encoded"] = (
                 {"pythonClassName": _PKG + "image_feature.Image", "image": {"shape": shape, "dtype": "uint8"}},
                 None,
@@ -140,7 +168,7 @@ def features_json(info: Mapping[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Li
     sequence = sorted(k for k, f in features.items() if f.get("sequence"))
     if sequence:
         raise NotForTFDS(f"features {sequence} are SequenceExample feature lists; TFDS reads Examples")
-    special = _special_leaves(info.get("encoders") or {})
+    special = _special_leaves(info.get("encoders") or {}, info.get("image_modes"))
     arrays, hidden = _array_views(info.get("encoders") or {})
     tree: Dict[str, Any] = {}
     labels: Dict[str, List[str]] = {}
@@ -291,6 +319,7 @@ def add_to_version(version_dir: str) -> List[str]:
 
 __all__ = [
     "add_to_version",
+    "image_channels",
     "FEATURES_NAME",
     "TFDS_INFO_NAME",
     "NotForTFDS",

@@ -13,6 +13,8 @@ import logging
 import sys
 from typing import Iterator, List, Optional
 
+from tfrecord_io.pipelines.runtime.arg_types import non_negative_int, positive_int
+
 EPILOG = """Beam pipeline options (e.g. --runner=FlinkRunner --flink_master=[local]) may be
 added to any command; they override the config's runner section.
 A failure ends with a short block: what failed (file, byte offset or row; the job step),
@@ -78,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("config", help="job config YAML (see configs/)")
     b.add_argument("--output", help="override output.dir")
     b.add_argument("--version", help="override output.version (default: a UTC timestamp)")
-    b.add_argument("--num-shards", type=int, help="override sharding.num_shards")
+    b.add_argument("--num-shards", type=positive_int, help="override sharding.num_shards")
     b.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override any config field, e.g. --set seed=3"
     )
@@ -124,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     n.add_argument("paths", nargs="+", help="a dataset directory or file patterns")
-    n.add_argument("--head", type=int, default=3, help="show the first N records (default 3)")
+    n.add_argument("--head", type=non_negative_int, default=3, help="show the first N records (default 3)")
     n.add_argument("--json", action="store_true", help="print the summary as JSON")
     _common(n)
 
@@ -142,7 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--output", required=True, help="output prefix, e.g. out/data (shards: out/data-00000-of-00008.tfrecord)"
     )
-    r.add_argument("--num-shards", type=int, default=0, help="number of output shards (0: let the runner decide)")
+    r.add_argument(
+        "--num-shards", type=non_negative_int, default=0, help="number of output shards (0: let the runner decide)"
+    )
     r.add_argument("--compression", default="", choices=["", "none", "gzip", "zlib"], help="output compression")
     r.add_argument("--where", metavar="FEATURE=VALUE", help="keep only records whose feature has this value")
     r.add_argument("--no-index", action="store_true", help="do not write index files")
@@ -166,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--split", action="append", metavar="S", help="only this split (repeatable; default: all)")
     rp.add_argument(
         "--samples",
-        type=int,
+        type=non_negative_int,
         default=6,
         metavar="N",
         help="samples per split, and per label for labelled data (default 6)",

@@ -12,7 +12,10 @@ a string column ``split`` (``--split-as column``, the default) or into folders
 ``OUTPUT/<split>/`` (``--split-as folder``). Shards are ``OUTPUT/data-SSSSS-of-NNNNN.parquet``,
 written by Beam's Parquet sink: temporary files, renamed once all are written.
 
-Parquet -> TFRecord. Every column must have an Example equivalent (checked from the
+Parquet -> TFRecord. The input is Parquet files, patterns or folders; a folder is read
+as pyarrow's ``dataset``, Spark and Hugging Face ``datasets`` read one: every
+``*.parquet`` file under it, sub-folders included, names starting with ``.`` or ``_``
+left out, in path order (:func:`parquet_files_in`). Every column must have an Example equivalent (checked from the
 files' footers before the job starts: a column that has none is a usage error naming
 it, and nothing is written); nulls become absent features. Parquet written by this job
 carries its split column's name and the splits in its schema metadata, and is written
@@ -65,6 +68,8 @@ class ConvertError(UsageError, ValueError):
 
 def add_parser(sub: Any, common: Any, epilog: str) -> None:
     """The ``convert`` subcommand (registered by the CLI)."""
+    from tfrecord_io.pipelines.runtime.arg_types import non_negative_int, positive_int
+
     c = sub.add_parser(
         "convert",
         help="TFRecord Examples <-> Parquet (a Beam job; the split as a column or folder)",
@@ -72,7 +77,12 @@ def add_parser(sub: Any, common: Any, epilog: str) -> None:
         epilog=epilog,
         allow_abbrev=False,
     )
-    c.add_argument("paths", nargs="+", help="a dataset root or version directory, or file patterns")
+    c.add_argument(
+        "paths",
+        nargs="+",
+        help="TFRecord: a dataset root or version directory, or file patterns; Parquet: files, patterns or "
+        "folders (every *.parquet file under a folder, in path order)",
+    )
     c.add_argument("--to", required=True, choices=["parquet", "tfrecord"], help="the output format")
     c.add_argument("--output", required=True, help="output directory (any Beam filesystem)")
     c.add_argument("--split", help="TFRecord -> Parquet of a dataset: the splits to convert (default: all)")
@@ -82,8 +92,10 @@ def add_parser(sub: Any, common: Any, epilog: str) -> None:
         default="column",
         help="TFRecord -> Parquet: the split as a string column 'split' (default) or as OUTPUT/<split>/",
     )
-    c.add_argument("--num-shards", type=int, default=0, help="output shards (per split; 0: let the runner decide)")
-    c.add_argument("--batch-size", type=int, default=1024, help="records per Arrow batch (default 1024)")
+    c.add_argument(
+        "--num-shards", type=non_negative_int, default=0, help="output shards (per split; 0: let the runner decide)"
+    )
+    c.add_argument("--batch-size", type=positive_int, default=1024, help="records per Arrow batch (default 1024)")
     common(c)
 
 
@@ -534,8 +546,12 @@ def _parquet_inputs(paths: List[str]) -> Tuple[List[str], Any]:
 
     inputs: List[str] = []
     for pattern in paths:
-        matched = files.glob(pattern) if any(c in pattern for c in "*?[") else [pattern]
-        inputs += [m for m in matched if files.exists(m)]
+        if any(c in pattern for c in "*?["):
+            inputs += [m for m in files.glob(pattern) if files.exists(m)]
+        elif _is_folder(pattern):
+            inputs += parquet_files_in(pattern)
+        elif files.exists(pattern):
+            inputs.append(pattern)
     inputs = sorted(dict.fromkeys(inputs))
     if not inputs:
         raise ConvertError(f"no Parquet files match {' '.join(paths)}")
@@ -556,6 +572,34 @@ def _parquet_inputs(paths: List[str]) -> Tuple[List[str], Any]:
     except ExampleCodecError as err:
         raise ConvertError(f"{inputs[0]}: {err.reason}") from None
     return inputs, schema
+
+
+def _is_folder(path: str) -> bool:
+    """A local directory, or a URL that is no object but a prefix with objects under it."""
+    from tfrecord_io import files
+
+    if not files.is_remote(path):
+        import os
+
+        return os.path.isdir(path)
+    return not files.exists(path) and bool(files.list_prefix(path.rstrip("/") + "/"))
+
+
+def parquet_files_in(folder: str) -> List[str]:
+    """A folder as pyarrow's ``dataset``, Spark and Hugging Face ``datasets`` read one:
+    every ``*.parquet`` file under it, in its sub-folders too (``--split-as folder``
+    writes ``OUTPUT/<split>/``), sorted by path; names (of files or of folders below
+    ``folder``) that start with ``.`` or ``_`` are left out, as those readers leave them
+    (``_SUCCESS``, ``_metadata``, ``.tmp`` files, Beam's and our hidden work folders)."""
+    from tfrecord_io import files
+
+    base = folder.rstrip("/")
+    out = []
+    for path in files.list_prefix(base + "/" if files.is_remote(base) else base):
+        rel = path[len(base) + 1 :] if path.startswith(base + "/") else path.rsplit("/", 1)[-1]
+        if rel.endswith(".parquet") and not any(part.startswith((".", "_")) for part in rel.split("/")):
+            out.append(path)
+    return sorted(out)
 
 
 def _split_column(schema: Any) -> Optional[str]:

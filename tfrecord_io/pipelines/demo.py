@@ -14,6 +14,8 @@ from typing import List, Optional
 
 import numpy as np
 
+from tfrecord_io.pipelines.runtime.arg_types import positive_int
+
 
 def _show(value) -> str:
     if isinstance(value, np.ndarray):
@@ -32,7 +34,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--out", default="demo-output", help="working directory (default ./demo-output)")
-    parser.add_argument("--rows", type=int, default=48, help="how many media rows to generate")
+    parser.add_argument("--rows", type=positive_int, default=48, help="how many media rows to generate")
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="also show Beam's and the workers' log messages here"
     )

@@ -134,9 +134,11 @@ runner:
 def main(argv: Optional[List[str]] = None) -> int:
     import argparse
 
+    from tfrecord_io.pipelines.runtime.arg_types import positive_int
+
     parser = argparse.ArgumentParser(description="write the demo media set, manifest and config")
     parser.add_argument("root")
-    parser.add_argument("--rows", type=int, default=48)
+    parser.add_argument("--rows", type=positive_int, default=48)
     args = parser.parse_args(argv)
     print(make_demo_media(args.root, args.rows))
     return 0

@@ -8,7 +8,10 @@ described below). The write is always ``tfrecord_io``'s sink.
 The batched path (compressed inputs, ``--where``, or no ``--num-shards``): the read is
 the splitting read (one big input file keeps every worker busy); records move in
 batches of up to :data:`READ_BATCH` from the read to the shards, never one element per
-record; shards appear under their final names only when all of them are complete.
+record (without ``--num-shards`` each batch goes to its bundle's file as one list:
+``WriteRecordListsToTFRecord``); shards appear under their final names only when all of
+them are complete. ``--where`` is decided for a whole batch by the compiled parser
+(:class:`WhereFilter`), not by a protobuf parse of each record.
 
 Placement (``--num-shards N``): each batch holds consecutive records of one input
 file, and is dealt round-robin over the shards, from the shard a hash of the file's
@@ -105,6 +108,77 @@ def matches(data: bytes, where: Tuple[str, str]) -> bool:
     return any(float(v) == number for v in values)
 
 
+try:  # the compiled batch parser the Arrow read uses (mode 2: flat buffers, missing keys allowed)
+    from tfrecord_io._speedups import parse_examples as _parse_examples
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _parse_examples = None
+
+_FLAT = 2
+_BYTES, _FLOAT, _INT64 = 1, 2, 3  # the compiled parser's kind codes
+
+
+class WhereFilter:
+    """``--where FEATURE=VALUE`` over a batch of records at once: :func:`matches` for each
+    record, by the compiled parser (the one ``tfrecord_io.arrow`` reads columns with)
+    instead of a protobuf parse per record.
+
+    The feature's wire type is not known before the records are read, so a batch is
+    parsed for the key as the type that worked last (first: int64 when the value is a
+    number, else bytes); the compiled parser refuses a batch where the key has another
+    type, and the next type is tried. A batch no type fits whole (the key's type
+    changes between its records, or something the compiled parser leaves to upb, or no
+    compiled core) takes :func:`matches` record by record, as before."""
+
+    def __init__(self, where: Tuple[str, str]):
+        self.key, self.value = where
+        self._raw_key = self.key.encode("utf-8", "surrogatepass")
+        self._text = self.value.encode("utf-8")
+        try:
+            self._number: Optional[float] = float(self.value)
+        except ValueError:
+            self._number = None
+        self._kinds = [_INT64, _FLOAT, _BYTES] if self._number is not None else [_BYTES, _INT64, _FLOAT]
+
+    def keep(self, records: List[bytes]) -> List[bytes]:
+        """The records whose feature ``key`` holds ``value`` (in their order)."""
+        mask = self._mask(records)
+        if mask is None:
+            return [r for r in records if matches(r, (self.key, self.value))]
+        return [r for r, keep in zip(records, mask) if keep]
+
+    def _mask(self, records: List[bytes]) -> Optional[np.ndarray]:
+        if _parse_examples is None or not records:
+            return None
+        for kind in list(self._kinds):
+            cols = _parse_examples(records, [self._raw_key], [kind], _FLAT)
+            if cols is None:
+                continue
+            if kind != self._kinds[0]:  # the next batch tries this type first
+                self._kinds.remove(kind)
+                self._kinds.insert(0, kind)
+            return self._matching(kind, cols[0], len(records))
+        return None
+
+    def _matching(self, kind: int, col: tuple, n: int) -> np.ndarray:
+        counts = np.frombuffer(col[1], dtype=np.int64)
+        owner = np.repeat(np.arange(n), np.maximum(counts, 0))  # the record of each value
+        if kind == _BYTES:
+            data, sizes = col[0], np.frombuffer(col[2], dtype=np.int64)
+            starts = np.cumsum(sizes) - sizes
+            hit = np.zeros(len(sizes), dtype=bool)
+            view = memoryview(data)
+            for i in np.flatnonzero(sizes == len(self._text)):
+                hit[i] = view[starts[i] : starts[i] + sizes[i]] == self._text
+        elif self._number is None:
+            return np.zeros(n, dtype=bool)  # a number never equals a text that is none
+        else:
+            values = np.frombuffer(col[0], dtype=np.int64 if kind == _INT64 else np.float32)
+            hit = values.astype(np.float64) == self._number  # float(v) == number, as matches() compares
+        mask = np.zeros(n, dtype=bool)
+        mask[owner[hit]] = True
+        return mask
+
+
 #: Records per element out of the read: placed and handed to the writer as lists.
 READ_BATCH = 1024
 
@@ -144,12 +218,15 @@ class PlaceBatch(beam.DoFn):
     def __init__(self, num_shards: int, where: Optional[Tuple[str, str]]):
         self._n = num_shards
         self._where = where
+        self._filter: Optional[WhereFilter] = None
 
     def process(self, batch):
         path, offsets, records = batch
         first = offsets[0]
         if self._where is not None:
-            records = [r for r in records if matches(r, self._where)]
+            if self._filter is None:
+                self._filter = WhereFilter(self._where)
+            records = self._filter.keep(records)
         start = place_batch(path, first, self._n)
         for k in range(min(self._n, len(records))):
             chosen = records[k :: self._n]
@@ -161,9 +238,23 @@ def _batch_length(batch) -> int:
     return len(batch[2])
 
 
-def _records_of(batch, where: Optional[Tuple[str, str]]) -> List[bytes]:
-    """``num_shards=0``: the batch's records one by one, for the sink's bundle files."""
-    return [r for r in batch[2] if where is None or matches(r, where)]
+class KeepRecords(beam.DoFn):
+    """``num_shards=0``: a batch ``(path, [offsets], [records])`` -> its list of records
+    (those ``where`` matches), one element for the sink's bundle files
+    (``WriteRecordListsToTFRecord``), never one per record."""
+
+    def __init__(self, where: Optional[Tuple[str, str]]):
+        self._where = where
+        self._filter: Optional[WhereFilter] = None
+
+    def process(self, batch):
+        records = list(batch[2])
+        if self._where is not None:
+            if self._filter is None:
+                self._filter = WhereFilter(self._where)
+            records = self._filter.keep(records)
+        if records:
+            yield records
 
 
 #: One piece of an output shard: ``(path, start, end, count)``, bytes ``[start, end)`` of
@@ -360,8 +451,11 @@ def run_reshard(
     progress: bool = True,
     workers=None,
 ) -> Dict[str, Any]:
-    import tfrecord_io
-    from tfrecord_io.beam_sink import CopyFrameSlicesToTFRecord, WriteShardBatchesToTFRecord
+    from tfrecord_io.beam_sink import (
+        CopyFrameSlicesToTFRecord,
+        WriteRecordListsToTFRecord,
+        WriteShardBatchesToTFRecord,
+    )
     from tfrecord_io.pipelines.runtime import dataset_dir
 
     dataset_dir.use_filesystems(options, [*paths, output])
@@ -406,8 +500,8 @@ def run_reshard(
             else:
                 written = (
                     _read_batches(p, inputs, bar.dir)
-                    | "Records" >> beam.FlatMap(_records_of, where).with_output_types(bytes)
-                    | "Write" >> tfrecord_io.WriteToTFRecord(output, num_shards=0, **sink_args)
+                    | "Keep" >> beam.ParDo(KeepRecords(where)).with_output_types(beam.typehints.Any)
+                    | "Write" >> WriteRecordListsToTFRecord(output, **sink_args)
                 )
             written | "Collect" >> results.sink()
         shards = sorted(results.read(), key=lambda s: s["path"])

@@ -17,7 +17,7 @@ import apache_beam as beam
 from tfrecord_io import files
 from tfrecord_io.pipelines.runtime import dataset_dir
 from tfrecord_io.pipelines.runtime.collect import ResultDir
-from tfrecord_io.pipelines.runtime.inputs import dataset_target
+from tfrecord_io.pipelines.runtime.inputs import dataset_target, expand_patterns, no_input_error
 from tfrecord_io.pipelines.runtime.progress import CountProgress, ProgressPrinter
 
 
@@ -53,7 +53,14 @@ def run_validate(
         patterns = [s["abspath"] for s in shards if files.exists(s["abspath"])]
         spec = list(info.get("features", {}).values()) or None
     else:
-        patterns = list(paths)
+        # A path or pattern that names no TFRecord file is a mistake in the command (exit
+        # 2 before the job, as every job does), not a problem found in the data (exit 1);
+        # a directory means the *.tfrecord* files under it, as for the other jobs.
+        matched = {p: expand_patterns([p]) for p in paths}
+        unmatched = [p for p, found in matched.items() if not found]
+        if unmatched:
+            raise no_input_error(unmatched)
+        patterns = list(dict.fromkeys(f for p in paths for f in matched[p]))
     missing = [
         {
             "path": s["abspath"],

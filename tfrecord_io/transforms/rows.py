@@ -95,7 +95,13 @@ def encode_features(row: Mapping[str, Any], spec: Spec) -> Dict[str, Tuple[Any, 
 
 def encode_row(row: Mapping[str, Any], spec: Spec) -> bytes:
     """One row -> serialised ``tf.train.Example`` bytes; raises :class:`EncodeError`."""
-    features = _encode_columns(row, spec)
+    return example_bytes(_encode_columns(row, spec))
+
+
+def example_bytes(features: Mapping[str, Tuple[Any, str]]) -> bytes:
+    """:func:`encode_features`' result -> serialised ``tf.train.Example`` bytes (what
+    :func:`encode_row` gives, for callers that look at the features first); raises
+    :class:`EncodeError`."""
     try:
         return serialize_example(features)
     except Exception as err:  # noqa: BLE001 - any failure to serialise is this row's EncodeError
@@ -135,4 +141,4 @@ def encode_sequence_row(
         raise EncodeError("encode", f"cannot build the SequenceExample: {err}") from None
 
 
-__all__ = ["check_spec", "encode_features", "encode_row", "encode_sequence_row"]
+__all__ = ["check_spec", "encode_features", "encode_row", "encode_sequence_row", "example_bytes"]

@@ -92,6 +92,16 @@ def merge_rejected(spec: BuildSpec, shards: List[Dict[str, Any]]) -> str:
     return path
 
 
+def image_modes(shards: Iterable[Dict[str, Any]]) -> Dict[str, List[str]]:
+    """Per Image column without a configured ``mode``, the Pillow modes its images were
+    written in, over every shard (what ``tfds_info`` states TFDS's channels from)."""
+    seen: Dict[str, set] = {}
+    for s in shards:
+        for column, modes in (s.get("image_modes") or {}).items():
+            seen.setdefault(column, set()).update(modes)
+    return {column: sorted(modes) for column, modes in sorted(seen.items())}
+
+
 def dataset_info(
     spec: BuildSpec, shards: List[Dict[str, Any]], summary: Dict[str, Any], fingerprint: str
 ) -> Dict[str, Any]:
@@ -112,6 +122,7 @@ def dataset_info(
         "run_id": spec.run_id,
         "features": spec.feature_spec(summary["vocab"]),
         "encoders": {k: e.to_config() for k, e in encoders.items()},
+        "image_modes": image_modes(shards),
         "compression": spec.compression,
         "splits": splits_info(shards),
         "rows_in": summary["rows"],

@@ -491,12 +491,22 @@ def listing_rows(root: str, metadata: Iterable[Any], path_column: str, label_col
 
 
 class _ListGroups(beam.DoFn):
-    """The root -> what to list in parallel: each label folder on a local disk; the
-    whole prefix on an object store (one listing there gives every key below it)."""
+    """The root -> what to list in parallel: each label folder, on a local disk and on
+    S3 (its folders from one delimited listing: ``s3_listing.folders``), so the label
+    folders are listed by the workers at once rather than the whole prefix by one (a
+    listing is a page of 1,000 keys per request, one request after the other). On
+    other object stores the whole prefix, by one worker (Beam's match lists no
+    folders)."""
 
     def process(self, root: str):
         if files.is_remote(root):
-            yield "*"
+            client = files.s3_folder_client(root)
+            if client is None:
+                yield "*"
+                return
+            from tfrecord_io import s3_listing
+
+            yield from (name for name in s3_listing.folders(*client) if not name.startswith("."))
             return
         with os.scandir(root) as entries:
             for entry in sorted(entries, key=lambda e: e.name):

@@ -30,6 +30,14 @@ class PrepareRows(beam.DoFn):
 
     def __init__(self, spec: BuildSpec):
         self._spec = spec
+        self._listings: Any = None
+
+    def setup(self):
+        from tfrecord_io.s3_listing import FolderListings
+
+        # folder listings kept between this stage's batches (spread manifests on S3): this
+        # build's only, dropped with the stage
+        self._listings = FolderListings()
 
     def process(self, batch: List[Dict[str, Any]]):
         spec = self._spec
@@ -42,6 +50,7 @@ class PrepareRows(beam.DoFn):
             media_columns=spec.media_sources,
             base_dir=spec.base_dir,
             vocab_sources=spec.vocab_sources,
+            listings=self._listings,
         )
         if prepared:
             yield pack(prepared)

@@ -134,9 +134,10 @@ class PlanSummary:
         }
 
 
-def _stat_paths(paths: Iterable[str]) -> Dict[str, Optional[Tuple[int, float]]]:
+def _stat_paths(paths: Iterable[str], listings: Any = None) -> Dict[str, Optional[Tuple[int, float]]]:
     """``{path: (size, mtime)}``, ``None`` for a missing file or a folder: one ``stat`` per
-    local file, one listing per folder for remote ones (``files.stat_many``)."""
+    local file, listings for remote ones (``files.stat_many``; ``listings``: the
+    stage's ``s3_listing.FolderListings``)."""
     out: Dict[str, Optional[Tuple[int, float]]] = {}
     remote = []
     for path in paths:
@@ -150,7 +151,7 @@ def _stat_paths(paths: Iterable[str]) -> Dict[str, Optional[Tuple[int, float]]]:
             continue
         out[path] = None if stat.S_ISDIR(st.st_mode) else (int(st.st_size), float(st.st_mtime))
     if remote:
-        out.update(files.stat_many(remote))
+        out.update(files.stat_many(remote, listings))
     return out
 
 
@@ -207,11 +208,13 @@ def prepare_batch(
     base_dir: Optional[str],
     vocab_sources: Mapping[str, str],
     resolver: Optional[Resolver] = None,
+    listings: Any = None,
 ) -> Tuple[List[Prepared], PlanSummary]:
     """Place a batch of rows and summarise it: ``(prepared, summary)``.
 
-    Media files are stat'ed in one call per batch (one listing per folder on an object
-    store) unless the row carries ``_stat``; size and modification time enter the
+    Media files are stat'ed in one call per batch (listings on an object store;
+    ``listings``: what the caller keeps between batches, ``s3_listing.FolderListings``)
+    unless the row carries ``_stat``; size and modification time enter the
     fingerprint, size the shard-count estimate. With ``shuffle: false`` a row's order
     in its shard is its key (rows sort by key) instead of the key's hash.
 
@@ -237,7 +240,7 @@ def prepare_batch(
             if path is not None:
                 wanted.add(path)
         resolved.append(paths)
-    stat_of = _stat_paths(wanted) if wanted else {}
+    stat_of = _stat_paths(wanted, listings) if wanted else {}
     prepared: List[Prepared] = []
     digest_sum = 0
     sizes = summary.bytes

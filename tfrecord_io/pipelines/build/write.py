@@ -71,7 +71,7 @@ def in_order(parts: Iterable[bytes]) -> List[Dict[str, Any]]:
 
 class WriteShard(beam.DoFn):
     """``(shard key, [packed [(order, row), ...], ...])`` -> the shard written, its note out:
-    ``{split, shard, num_shards, path, index, records, bytes, sha256, rejected}``."""
+    ``{split, shard, num_shards, path, index, records, bytes, sha256, rejected, image_modes}``."""
 
     def __init__(self, spec: BuildSpec, progress_dir: Optional[str] = None):
         self._spec = spec
@@ -107,11 +107,27 @@ class WriteShard(beam.DoFn):
             split, shard = json.loads(key)
             yield self._write(split, shard, counts[split], in_order(parts))
 
-    def _encode(self, rows: List[Dict[str, Any]], rejected: List[str]) -> Iterable[bytes]:
-        """Each row's Example, or its rejection (into ``rejected``). Counting is left to
-        the caller, per batch: a metric's ``inc`` per row costs more than a row's plan."""
+    def _watched_images(self) -> List[Tuple[str, str]]:
+        """``(column, mode key)`` of each Image column whose mode the config leaves to the
+        images (no ``mode:``, not raw): the modes written are collected per shard, so the
+        version can tell TFDS the channels (``image_modes``, see ``tfds_info``)."""
+        from tfrecord_io.transforms.encoders.image import Image
+
+        assert self._encoders is not None
+        return [
+            (col, f"{enc.prefix(col)}/mode")
+            for col, enc in self._encoders.items()
+            if isinstance(enc, Image) and enc.mode is None and enc.reencode != "raw"
+        ]
+
+    def _encode(
+        self, rows: List[Dict[str, Any]], rejected: List[str], modes: Optional[Dict[str, set]] = None
+    ) -> Iterable[bytes]:
+        """Each row's Example, or its rejection (into ``rejected``); the image modes
+        written into ``modes`` (column -> set). Counting is left to the caller, per
+        batch: a metric's ``inc`` per row costs more than a row's plan."""
         from tfrecord_io.transforms.errors import EncodeError, rejected_row
-        from tfrecord_io.transforms.rows import encode_row
+        from tfrecord_io.transforms.rows import encode_features, example_bytes
 
         spec = self._spec
         encoders = self._encoders
@@ -121,6 +137,7 @@ class WriteShard(beam.DoFn):
         # (feature column, input column, does the input column hold media paths to resolve)
         columns = [(col, src, src in media) for col, src in spec.sources.items()]
         resolve_path = Resolver(spec.base_dir)
+        watched = self._watched_images() if modes is not None else []
         for row in rows:
             try:
                 if key_column and row.get(key_column) is None:
@@ -130,7 +147,13 @@ class WriteShard(beam.DoFn):
                     if src in row:  # a column the row lacks stays absent: "no such column", not "missing value"
                         value = row[src]
                         values[col] = resolve_path(value) if is_media and isinstance(value, str) and value else value
-                data = encode_row(values, encoders)
+                features = encode_features(values, encoders)
+                data = example_bytes(features)
+                if modes:
+                    for col, key in watched:
+                        mode = features.get(key)
+                        if mode is not None:
+                            modes[col].add(str(mode[0]))
             except EncodeError as err:
                 self.rejected.inc()
                 rejected.append(
@@ -154,11 +177,12 @@ class WriteShard(beam.DoFn):
             final, spec.compression, atomic=not files.is_remote(final), index_path=index_path, digest=True
         )
         rejected: List[str] = []
+        modes: Dict[str, set] = {col: set() for col, _ in self._watched_images()}
         records = 0
         self.rows_in.inc(len(rows))
         try:
             batch: List[bytes] = []
-            for data in self._encode(rows, rejected):
+            for data in self._encode(rows, rejected, modes):
                 batch.append(data)
                 if len(batch) >= WRITE_BATCH:
                     writer.write_records(batch)
@@ -193,4 +217,5 @@ class WriteShard(beam.DoFn):
             "bytes": writer.stored_bytes,
             "sha256": writer.sha256,
             "rejected": len(rejected),
+            "image_modes": {col: sorted(seen) for col, seen in modes.items()},
         }

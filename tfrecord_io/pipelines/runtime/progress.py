@@ -327,6 +327,8 @@ class ProgressPrinter:
         self.dir: Optional[str] = None
         self._local: Optional[str] = None  # the launcher's own retry notes (and the workers' dir when local)
         self._stop = threading.Event()
+        self._printing = threading.Lock()
+        self.join_timeout = 5.0  # how long the exit waits for the printing thread (it prints nothing after)
         self._thread: Optional[threading.Thread] = None
         self._poller: Optional[threading.Thread] = None
         self._polled: Tuple[Dict[str, int], Optional[dict]] = ({}, None)
@@ -405,17 +407,24 @@ class ProgressPrinter:
             now = self._read()
             # Print when something moved or a store is being retried, else at most every 10 s (a heartbeat).
             if now != last or time.monotonic() - last_print >= 10:
-                print(self.line(now), file=self.stream, flush=True)
+                with self._printing:
+                    if self._stop.is_set():  # the job is over: its summary may be printed already
+                        return
+                    print(self.line(now), file=self.stream, flush=True)
                 last = now
                 last_print = time.monotonic()
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
+        # Under the print lock: a line being printed is finished first, and none comes
+        # after this (the thread may still be reading counts when the join below gives
+        # up on it, and a line printed then would follow the command's summary).
+        with self._printing:
+            self._stop.set()
         if self._notes is not None and self._local:
             release_retries(self._local)
             self._notes = None
         if self._thread:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=self.join_timeout)
         if self._local:
             import shutil
 
