@@ -18,6 +18,7 @@ the defaults.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Dict, Iterable, Mapping, Optional
 
@@ -35,6 +36,8 @@ SMALL_INPUT_BYTES = 32 << 20
 SMALL_BUILD_BYTES = 16 << 20
 SMALL_BUILD_FILES = 1000
 SMALL_MANIFEST_BYTES = 256 << 10
+
+_log = logging.getLogger(__name__)
 
 #: What a small input runs on: the DirectRunner in the launcher's process, one worker.
 IN_PROCESS: Dict[str, Any] = {"direct_running_mode": "in_memory", "direct_num_workers": 1}
@@ -103,11 +106,16 @@ def build_input_is_small(input_cfg: Mapping[str, Any]) -> bool:
                 return False
         except OSError:
             return False  # the build reports a missing manifest itself
-        return _tree_is_small(os.path.dirname(os.path.abspath(manifest)))
-    directory = input_cfg.get("directory")
-    if not directory or files.is_remote(directory) or not os.path.isdir(directory):
-        return False
-    return _tree_is_small(directory, input_cfg.get("glob", "*"))
+        small = _tree_is_small(os.path.dirname(os.path.abspath(manifest)))
+    else:
+        directory = input_cfg.get("directory")
+        if not directory or files.is_remote(directory) or not os.path.isdir(directory):
+            return False
+        small = _tree_is_small(directory, input_cfg.get("glob", "*"))
+    if small:
+        _log.info("small input (a local tree under %d bytes and %d files): the local runner builds in-process on one worker unless Beam flags choose",
+                  SMALL_BUILD_BYTES, SMALL_BUILD_FILES)
+    return small
 
 
 def local_overrides(small: bool) -> Dict[str, Any]:
@@ -117,9 +125,12 @@ def local_overrides(small: bool) -> Dict[str, Any]:
 
 
 def record_input_is_small(paths: Iterable[str]) -> bool:
-    """Is a record job's input local and below SMALL_INPUT_BYTES?"""
+    """Is a record job's input local and below SMALL_INPUT_BYTES? (Said in the job's log.)"""
     size = local_input_bytes(paths, SMALL_INPUT_BYTES)
-    return size is not None and size < SMALL_INPUT_BYTES
+    small = size is not None and size < SMALL_INPUT_BYTES
+    if small:
+        _log.info("small input (%d bytes of TFRecord files): the local runner runs it in-process on one worker unless Beam flags choose", size)
+    return small
 
 
 __all__ = [
