@@ -94,6 +94,13 @@ def _child(argv: List[str]) -> None:
         stamp("main returned")
         with os.fdopen(int(os.environ["STARTUP_TIMELINE_FD"]), "w") as out:
             json.dump({"start": start, "stamps": stamps, "code": code}, out)
+    if hasattr(cli, "run"):  # the command's own exit (cli.run): atexit, flush, os._exit
+        import atexit
+
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     sys.exit(code)
 
 
