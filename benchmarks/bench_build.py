@@ -438,7 +438,7 @@ def main() -> None:
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for case in args.cases.split(","):
 
-        def build(workers: int, name: str, images: str) -> Callable[[], Dict[str, float]]:
+        def build(workers: int, name: str, images: str, case: str = case) -> Callable[[], Dict[str, float]]:
             out = os.path.join(work, f"out-{case}-{workers}-{name}")
             cfg = os.path.join(work, f"{case}-{workers}-{name}.yaml")
             write_config(cfg, images, out, CASES[case])
@@ -449,7 +449,7 @@ def main() -> None:
 
             return run
 
-        def loop_in(python: str, script: str, out: str) -> Callable[[], Dict[str, float]]:
+        def loop_in(python: str, script: str, out: str, case: str = case) -> Callable[[], Dict[str, float]]:
             def run() -> Dict[str, float]:
                 shutil.rmtree(out, ignore_errors=True)
                 os.makedirs(out)

@@ -49,7 +49,10 @@ def test_an_explicit_beam_flag_wins_over_the_size(given, expect):
 
 
 def test_a_runner_configs_options_win_over_the_size():
-    section = {"runner": "DirectRunner", "options": {"direct_num_workers": 2, "direct_running_mode": "multi_processing"}}
+    section = {
+        "runner": "DirectRunner",
+        "options": {"direct_num_workers": 2, "direct_running_mode": "multi_processing"},
+    }
     assert _direct(beam_args(section, [], small_input=True)) == ("multi_processing", 2)
     # another runner takes none of the direct runner's options
     flags = beam_args({"runner": "FlinkRunner", "options": {"flink_master": "[local]"}}, [], small_input=True)

@@ -88,7 +88,9 @@ def _run(args: argparse.Namespace, beam_flags: List[str]) -> int:
     print("\n".join("    " + line for line in summary.lines()))
     print("3/3 validating it (CRCs, feature spec, counts, checksums)")
     small = record_input_is_small([cfg["output"]["dir"]])
-    report = run_validate([cfg["output"]["dir"]], PipelineOptions(beam_args(cfg["runner"], beam_flags, small_input=small)))
+    report = run_validate(
+        [cfg["output"]["dir"]], PipelineOptions(beam_args(cfg["runner"], beam_flags, small_input=small))
+    )
     print("\n".join("    " + line for line in summary_lines(report)))
 
     version_dir = dataset_dir.resolve_dataset_dir(cfg["output"]["dir"])

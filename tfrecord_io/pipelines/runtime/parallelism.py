@@ -113,8 +113,12 @@ def build_input_is_small(input_cfg: Mapping[str, Any]) -> bool:
             return False
         small = _tree_is_small(directory, input_cfg.get("glob", "*"))
     if small:
-        _log.info("small input (a local tree under %d bytes and %d files): the local runner builds in-process on one worker unless Beam flags choose",
-                  SMALL_BUILD_BYTES, SMALL_BUILD_FILES)
+        _log.info(
+            "small input (a local tree under %d bytes and %d files): "
+            "the local runner builds in-process on one worker unless Beam flags choose",
+            SMALL_BUILD_BYTES,
+            SMALL_BUILD_FILES,
+        )
     return small
 
 
@@ -129,7 +133,11 @@ def record_input_is_small(paths: Iterable[str]) -> bool:
     size = local_input_bytes(paths, SMALL_INPUT_BYTES)
     small = size is not None and size < SMALL_INPUT_BYTES
     if small:
-        _log.info("small input (%d bytes of TFRecord files): the local runner runs it in-process on one worker unless Beam flags choose", size)
+        _log.info(
+            "small input (%d bytes of TFRecord files): "
+            "the local runner runs it in-process on one worker unless Beam flags choose",
+            size,
+        )
     return small
 
 
