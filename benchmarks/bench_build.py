@@ -18,6 +18,13 @@ Both cases: keep the bytes (``image`` encoder defaults) and re-encode
 (``reencode: jpeg, resize: [224, 224]``). Ratios are loop time / build time from this
 same run (> 1: the build is faster).
 
+Fair comparison: every input file is read once before anything is timed (the page
+cache holds them for every peer alike, not only for those that run later), then the
+peers run in rounds (``--repeat``, default 3), each round in a rotated order (the loop
+first in one round, a build first in the next ...), and each row shows the run with the
+median wall time of its peer and the best wall time; ratios are of medians (and of
+bests, in brackets).
+
 ``--rows N``: the many-rows case instead. A CSV manifest of N rows (``id``, a relative
 ``path``, ``label``) over 1,000 tiny JPEGs (16x16, ~700 bytes; rows share files, so the
 page cache holds them for every peer alike), built keeping the bytes, against the
@@ -32,7 +39,7 @@ rows on a cluster runner. ``--build-flags`` passes flags to the build, e.g.
 run only with those flags).
 
     python benchmarks/bench_build.py [--images 16000] [--cases keep,reencode] [--tf-python PATH]
-    python benchmarks/bench_build.py --rows 1000000 [--workers 2]
+    python benchmarks/bench_build.py --rows 1000000 [--workers 2] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from typing import Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import yaml
@@ -282,14 +289,49 @@ def rows_config(path: str, manifest: str, out: str) -> None:
         yaml.safe_dump(cfg, f)
 
 
-def _row(what: str, r: Dict[str, float], base: float, startup: Optional[Dict[str, float]] = None) -> str:
+def _row(what: str, r: Dict[str, Any], base: Dict[str, Any], startup: Optional[Dict[str, Any]] = None) -> str:
+    """One table row: ``r`` (a peer's median run, with its ``best``) against ``base`` (the loop's)."""
     after = r["wall"] - startup["wall"] if startup else None
     launcher = f"{r['launcher_cpu']:.1f} / {r['launcher_rss_mb']:.0f}" if "launcher_cpu" in r else ""
     return (
-        f"| {what} | {r['wall']:.1f} | {'' if after is None else f'{after:.1f}'} | "
+        f"| {what} | {r['wall']:.1f} | {r['best']:.1f} | {'' if after is None else f'{after:.1f}'} | "
         f"{r['user'] + r['sys']:.1f} ({r['user']:.1f}+{r['sys']:.1f}) | {r['rss_mb']:.0f} | {launcher} | "
-        f"{base / r['wall']:.2f}x |"
+        f"{base['wall'] / r['wall']:.2f}x ({base['best'] / r['best']:.2f}x) |"
     )
+
+
+HEADER = (
+    "| what | median wall s | best wall s | after start-up s | CPU s (user+sys) | peak RSS MB (largest process) "
+    "| launcher alone: CPU s / peak RSS MB | loop / this: median (best) |"
+)
+
+
+def warm(paths: List[str]) -> None:
+    """Read every file under ``paths`` once, so each peer finds them in the page cache."""
+    for path in paths:
+        walk = os.walk(path) if os.path.isdir(path) else [(os.path.dirname(path), [], [os.path.basename(path)])]
+        for folder, _, names in walk:
+            for name in names:
+                with open(os.path.join(folder, name), "rb") as f:
+                    while f.read(1 << 20):
+                        pass
+
+
+def rounds(peers: Dict[str, Callable[[], Dict[str, float]]], repeat: int) -> Dict[str, Dict[str, Any]]:
+    """Run every peer ``repeat`` times, in rounds, each round starting one peer later
+    (so no peer is always first after the inputs were written, or always last); per
+    peer: its median run (by wall time) with ``best`` (the lowest wall) and ``runs``."""
+    names = list(peers)
+    runs: Dict[str, List[Dict[str, float]]] = {name: [] for name in names}
+    for r in range(repeat):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            runs[name].append(peers[name]())
+    out: Dict[str, Dict[str, Any]] = {}
+    for name, results in runs.items():
+        ranked = sorted(results, key=lambda x: x["wall"])
+        out[name] = dict(ranked[(len(ranked) - 1) // 2], best=ranked[0]["wall"], runs=len(ranked))
+    return out
 
 
 def _direct_flags(workers: int) -> List[str]:
@@ -306,30 +348,43 @@ def run_rows(args, work: str, env: Dict[str, str]) -> None:
     tiny = make_rows(work, 8)
     print(f"manifest of {args.rows:,} rows ready in {time.perf_counter() - t:.0f}s", file=sys.stderr)
     extra = shlex.split(args.build_flags)
+    warm([os.path.dirname(manifest), os.path.dirname(tiny)])
     load = os.getloadavg()[0]
-    print(f"\n{args.rows:,} rows over tiny JPEGs, {os.cpu_count()} CPUs, load average at start {load:.1f}\n")
+    print(f"\n{args.rows:,} rows over tiny JPEGs, {os.cpu_count()} CPUs, load average at start {load:.1f}")
+    print(f"{args.repeat} interleaved rounds; each row: the median run, the best wall time\n")
     loop_out = os.path.join(work, "loop-rows")
-    shutil.rmtree(loop_out, ignore_errors=True)
-    os.makedirs(loop_out)
-    loop = timed([sys.executable, "-c", ROWS_LOOP, manifest, loop_out], env)
-    print(
-        "| what | wall s | after start-up s | CPU s (user+sys) | peak RSS MB (largest process) "
-        "| launcher alone: CPU s / peak RSS MB | loop / this |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    print(_row("Pillow + tfrecord loop (1 process)", loop, loop["wall"]))
-    for workers in [int(w) for w in args.workers.split(",")]:
-        flags = _direct_flags(workers)
-        results = {}
-        for name, source in (("startup", tiny), ("build", manifest)):
-            out = os.path.join(work, f"out-rows-{workers}-{name}")
+
+    def loop() -> Dict[str, float]:
+        shutil.rmtree(loop_out, ignore_errors=True)
+        os.makedirs(loop_out)
+        return timed([sys.executable, "-c", ROWS_LOOP, manifest, loop_out], env)
+
+    def build(workers: int, name: str, source: str) -> Callable[[], Dict[str, float]]:
+        out = os.path.join(work, f"out-rows-{workers}-{name}")
+        cfg = os.path.join(work, f"rows-{workers}-{name}.yaml")
+        rows_config(cfg, source, out)
+
+        def run() -> Dict[str, float]:
             shutil.rmtree(out, ignore_errors=True)
-            cfg = os.path.join(work, f"rows-{name}.yaml")
-            rows_config(cfg, source, out)
-            results[name] = timed_build([cfg, "--no-progress", *flags, *extra], env, work)
+            return timed_build([cfg, "--no-progress", *_direct_flags(workers), *extra], env, work)
+
+        return run
+
+    worker_counts = [int(w) for w in args.workers.split(",")]
+    peers: Dict[str, Callable[[], Dict[str, float]]] = {"loop": loop}
+    for workers in worker_counts:
+        peers[f"build-{workers}"] = build(workers, "build", manifest)
+        peers[f"startup-{workers}"] = build(workers, "startup", tiny)
+    results = rounds(peers, args.repeat)
+    print(HEADER)
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    base = results["loop"]
+    print(_row("Pillow + tfrecord loop (1 process)", base, base))
+    for workers in worker_counts:
         label = f"{workers} worker(s)" if workers else "--build-flags only"
-        print(_row(f"tfrecord-io build, {label}", results["build"], loop["wall"], results["startup"]))
-        print(_row(f"  start-up (8 rows), {label}", results["startup"], loop["wall"]))
+        startup = results[f"startup-{workers}"]
+        print(_row(f"tfrecord-io build, {label}", results[f"build-{workers}"], base, startup))
+        print(_row(f"  start-up (8 rows), {label}", startup, base))
     print(f"\nload average at end {os.getloadavg()[0]:.1f}; data in {work}")
 
 
@@ -353,6 +408,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=0, help="the many-rows case: a manifest of N rows (see above)")
     parser.add_argument("--workers", default=None, help="local worker counts to run (default 1,2; --rows: 2)")
     parser.add_argument("--build-flags", default="", help="extra flags for every build (quoted, shell syntax)")
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds of every peer (median and best)")
     args = parser.parse_args()
 
     work = args.workdir or tempfile.mkdtemp(prefix="bench-build-")
@@ -372,45 +428,54 @@ def main() -> None:
         make_images(tiny, 8)
     size_mb = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs) / 1e6
     tf_python = find_tf_python(args.tf_python)
+    warm([root, tiny])
     load = os.getloadavg()[0]
-    print(f"\n{args.images} JPEGs, {size_mb:.0f} MB, {os.cpu_count()} CPUs, load average at start {load:.1f}\n")
+    print(f"\n{args.images} JPEGs, {size_mb:.0f} MB, {os.cpu_count()} CPUs, load average at start {load:.1f}")
+    print(f"{args.repeat} interleaved rounds; each row: the median run, the best wall time\n")
     worker_counts = [int(w) for w in args.workers.split(",")]
     extra = shlex.split(args.build_flags)
-    print(
-        "| case | what | wall s | after start-up s | CPU s (user+sys) | peak RSS MB "
-        "| launcher alone: CPU s / peak RSS MB | loop / this |"
-    )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| case " + HEADER)
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for case in args.cases.split(","):
-        results = {}
-        for workers in worker_counts:
-            flags = _direct_flags(workers)
-            for name, images in (("startup", tiny), ("build", root)):
-                out = os.path.join(work, f"out-{case}-{workers}-{name}")
+
+        def build(workers: int, name: str, images: str, case: str = case) -> Callable[[], Dict[str, float]]:
+            out = os.path.join(work, f"out-{case}-{workers}-{name}")
+            cfg = os.path.join(work, f"{case}-{workers}-{name}.yaml")
+            write_config(cfg, images, out, CASES[case])
+
+            def run() -> Dict[str, float]:
                 shutil.rmtree(out, ignore_errors=True)
-                cfg = os.path.join(work, f"{case}-{name}.yaml")
-                write_config(cfg, images, out, CASES[case])
-                results[(name, workers)] = timed_build([cfg, "--no-progress", *flags, *extra], env, work)
-        loop_out = os.path.join(work, f"loop-{case}")
-        shutil.rmtree(loop_out, ignore_errors=True)
-        os.makedirs(loop_out)
-        loop = timed([sys.executable, "-c", LOOP, root, loop_out, case], env)
-        tf_loop = None
+                return timed_build([cfg, "--no-progress", *_direct_flags(workers), *extra], env, work)
+
+            return run
+
+        def loop_in(python: str, script: str, out: str, case: str = case) -> Callable[[], Dict[str, float]]:
+            def run() -> Dict[str, float]:
+                shutil.rmtree(out, ignore_errors=True)
+                os.makedirs(out)
+                return timed([python, "-c", script, root, out, case], env)
+
+            return run
+
+        peers: Dict[str, Callable[[], Dict[str, float]]] = {
+            "loop": loop_in(sys.executable, LOOP, os.path.join(work, f"loop-{case}"))
+        }
         if tf_python:
-            tf_out = os.path.join(work, f"tf-{case}")
-            shutil.rmtree(tf_out, ignore_errors=True)
-            os.makedirs(tf_out)
-            tf_loop = timed([tf_python, "-c", TF_LOOP, root, tf_out, case], env)
-        rows = [("Pillow + tfrecord loop (1 process)", loop, None)]
-        if tf_loop:
-            rows.append(("TensorFlow loop (1 process)", tf_loop, None))
+            peers["tf"] = loop_in(tf_python, TF_LOOP, os.path.join(work, f"tf-{case}"))
         for workers in worker_counts:
-            rows.append(
-                (f"tfrecord-io build, {workers} worker(s)", results[("build", workers)], results[("startup", workers)])
-            )
-            rows.append((f"  Beam start-up (8 images), {workers} worker(s)", results[("startup", workers)], None))
-        for what, r, startup in rows:
-            print(f"| {case} " + _row(what, r, loop["wall"], startup))
+            peers[f"build-{workers}"] = build(workers, "build", root)
+            peers[f"startup-{workers}"] = build(workers, "startup", tiny)
+        results = rounds(peers, args.repeat)
+        base = results["loop"]
+        rows = [("Pillow + tfrecord loop (1 process)", base, None)]
+        if tf_python:
+            rows.append(("TensorFlow loop (1 process)", results["tf"], None))
+        for workers in worker_counts:
+            startup = results[f"startup-{workers}"]
+            rows.append((f"tfrecord-io build, {workers} worker(s)", results[f"build-{workers}"], startup))
+            rows.append((f"  Beam start-up (8 images), {workers} worker(s)", startup, None))
+        for what, r, start in rows:
+            print(f"| {case} " + _row(what, r, base, start))
     print(f"\nload average at end {os.getloadavg()[0]:.1f}; images in {work}")
 
 

@@ -22,7 +22,7 @@ from tfrecord_io.errors import ExampleCodecError, RecordTooLargeError
 from tfrecord_io.framing import encode_frame
 
 from tests.beam_support import multiset, run_pipeline
-from tests.pipeline_support import IN_PROCESS, run_cli
+from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, run_cli
 
 # ---------------------------------------------------------------- reads skip sidecars
 
@@ -253,7 +253,9 @@ def _log_path(stderr):
 
 def test_inspect_on_a_corrupt_file_ends_with_one_short_block(tmp_path):
     path, offset = _corrupt_file(tmp_path)
-    proc, logs = _cli(tmp_path, "inspect", path, "--no-progress")  # 2 worker processes
+    proc, logs = _cli(
+        tmp_path, "inspect", path, "--no-progress", *TWO_WORKERS
+    )  # 2 worker processes (small input: asked for)
     assert proc.returncode == 1
     err = proc.stderr
     assert "Traceback" not in err and "apache_beam" not in err, err
@@ -284,7 +286,9 @@ def test_a_successful_run_keeps_the_terminal_quiet_and_leaves_no_log(tmp_path):
     path = str(tmp_path / "ok.tfrecord")
     with tfio.RecordWriter(path) as w:
         w.write_records([tfio.serialize_example({"a": ([i], "int")}) for i in range(5)])
-    proc, logs = _cli(tmp_path, "inspect", path, "--no-progress")  # 2 worker processes
+    proc, logs = _cli(
+        tmp_path, "inspect", path, "--no-progress", *TWO_WORKERS
+    )  # 2 worker processes (small input: asked for)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "", proc.stderr  # no worker INFO lines, no warnings
     assert "5" in proc.stdout

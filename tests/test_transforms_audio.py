@@ -59,6 +59,51 @@ def test_resample_keeps_duration_and_pitch(src, dst):
     assert abs(peak_hz(out.samples[:, 0], dst) - 1000.0) < 2.0
 
 
+@pytest.mark.parametrize("res_type", ["soxr_hq", "soxr_vhq", "soxr_mq", "soxr_lq", "soxr_qq"])
+@pytest.mark.parametrize("src,dst", [(44100, 16000), (22050, 16000), (8000, 16000), (48000, 44100), (11025, 16000)])
+@pytest.mark.parametrize("channels", [1, 2])
+def test_resample_gives_librosas_samples_bit_for_bit(res_type, src, dst, channels):
+    """soxr's qualities run on soxr without librosa; the samples must be exactly those
+    librosa.resample gave (what earlier builds wrote), lengths that round up included."""
+    librosa = pytest.importorskip("librosa")
+    from tfrecord_io.transforms.encoders.audio import resample
+
+    rng = np.random.default_rng(src + dst + channels)
+    for n in (1, 7, 4001):
+        x = (rng.standard_normal((n, channels)) * 0.3).astype(np.float32)
+        expect = librosa.resample(np.ascontiguousarray(x.T), orig_sr=src, target_sr=dst, res_type=res_type, axis=-1)
+        expect = np.ascontiguousarray(expect.T, dtype=np.float32)
+        got = resample(x, src, dst, res_type)
+        assert got.dtype == np.float32 and got.shape == expect.shape
+        np.testing.assert_array_equal(got, expect)
+
+
+def test_other_resamplers_stay_librosas():
+    librosa = pytest.importorskip("librosa")
+    from tfrecord_io.transforms.encoders.audio import resample
+
+    x = sine(8000, 0.1, 2)
+    expect = librosa.resample(np.ascontiguousarray(x.T), orig_sr=8000, target_sr=16000, res_type="polyphase", axis=-1)
+    np.testing.assert_array_equal(resample(x, 8000, 16000, "polyphase"), np.ascontiguousarray(expect.T))
+
+
+def test_reading_and_resampling_do_not_import_librosa(tmp_path):
+    """A fresh process encodes a FLAC at another rate without loading librosa (its
+    import and first call cost seconds in each worker)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "tone.flac"
+    sf.write(path, sine(22050, 0.2, 2), 22050)
+    code = (
+        "import sys\n"
+        "from tfrecord_io.transforms import Audio, encode_row\n"
+        f"encode_row({{'a': {str(path)!r}}}, {{'a': Audio(sample_rate=16000, mono=True)}})\n"
+        "assert 'librosa' not in sys.modules and 'numba' not in sys.modules, 'librosa was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_float_list_storage(tmp_path):
     tone = sine(8000, 0.05, 2)
     path = tmp_path / "tone.wav"

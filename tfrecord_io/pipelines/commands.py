@@ -37,10 +37,13 @@ def _record_job(args, beam_flags: List[str], *preload: str) -> Iterator[Tuple[An
     reshard, report), the same for each: the pipeline options from ``--runner-config``
     and the Beam flags; the progress line unless ``--no-progress`` (on a cluster it goes
     through shared storage, like the results: ``runtime/progress.py``); the local workers forked
-    for the DirectRunner (``preload``: the job's modules), stopped when the job is over."""
+    for the DirectRunner (``preload``: the job's modules), stopped when the job is over. A
+    small local input runs in-process, with no worker to fork (``runtime/parallelism.py``)."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    flags = command_flags(args.runner_config, beam_flags)
+    from tfrecord_io.pipelines.runtime.parallelism import record_input_is_small
+
+    flags = command_flags(args.runner_config, beam_flags, small_input=record_input_is_small(args.paths))
     options = PipelineOptions(flags)
     workers = _forked_workers(options, *preload)
     with workers or contextlib.nullcontext():
@@ -53,6 +56,7 @@ def cmd_build(args, beam_flags: List[str]) -> int:
     from tfrecord_io.pipelines.build.config import load_config, parse_overrides
     from tfrecord_io.pipelines.build.job import run_build
     from tfrecord_io.pipelines.runtime.local_workers import fork_workers
+    from tfrecord_io.pipelines.runtime.parallelism import build_input_is_small
 
     overrides = parse_overrides(args.set)
     if args.output:
@@ -64,7 +68,7 @@ def cmd_build(args, beam_flags: List[str]) -> int:
         overrides.append(("sharding.num_shards", args.num_shards))
     cfg = load_config(args.config, overrides)
     runner_cfg = runner_section(args.runner_config) or cfg["runner"]
-    flags = beam_args(runner_cfg, beam_flags)
+    flags = beam_args(runner_cfg, beam_flags, small_input=build_input_is_small(cfg["input"]))
     # run_build names the version it claims (an `auto` name may get a suffix when taken);
     # the failure block then says exactly what this run left there.
     args.failure_state = BuildState(cfg["output"]["dir"])
@@ -88,9 +92,11 @@ def cmd_index(args, beam_flags: List[str]) -> int:
     from tfrecord_io.pipelines.index_job import run_index
     from tfrecord_io.pipelines.runtime.dataset_dir import use_filesystems
     from tfrecord_io.pipelines.runtime.inputs import expand_patterns, no_input_error
+    from tfrecord_io.pipelines.runtime.parallelism import record_input_is_small
     from tfrecord_io.pipelines.runtime.progress import ProgressPrinter
 
-    options = pipeline_options(runner_section(args.runner_config), beam_flags)
+    small = record_input_is_small(args.paths)
+    options = pipeline_options(runner_section(args.runner_config), beam_flags, small_input=small)
     use_filesystems(options, args.paths)  # S3 flags for the launcher; unknown scheme -> exit 2
     paths = expand_patterns(args.paths)
     if not paths:

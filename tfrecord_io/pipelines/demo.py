@@ -1,6 +1,9 @@
 """The demo job: make a small multimodal media set locally, build a dataset from it on
-the local runner with 2 workers (with its HTML report), validate the result, and show
-one decoded record.
+the local runner (with its HTML report), validate the result, and show one decoded
+record. The local runner's parallelism follows the input's size as for every command
+(``runtime/parallelism.py``): the default 48 rows run in-process; ``--rows`` in the
+thousands runs on 2 forked worker processes; Beam's flags (``--direct_num_workers=2
+--direct_running_mode=multi_processing``) choose for themselves.
 
     python -m tfrecord_io.pipelines.demo [--out DIR] [--rows N]
 """
@@ -8,6 +11,7 @@ one decoded record.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import List, Optional
@@ -41,12 +45,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--log-file", metavar="PATH", help="keep the log here (default: kept only on failure)")
     args, beam_flags = parser.parse_known_args(argv)
 
+    from tfrecord_io.pipelines.cli import _no_ipython_probe  # Beam's notebook check, ~0.25 s a pipeline
     from tfrecord_io.pipelines.runtime.failures import JobLog, format_exception, root_cause
 
     # Everything Beam and its workers log (notes on optional dependencies when Beam is
     # imported, each worker's start-up) goes to the log file, as for every command: the
     # terminal shows the demo's own lines.
-    with JobLog("demo", args.verbose, args.log_file) as log:
+    with _no_ipython_probe(), JobLog("demo", args.verbose, args.log_file) as log:
         try:
             return _run(args, beam_flags)
         except Exception as err:  # noqa: BLE001 - every failure ends in one line and the log kept
@@ -64,7 +69,9 @@ def _run(args: argparse.Namespace, beam_flags: List[str]) -> int:
     from tfrecord_io.pipelines.build.job import run_build
     from tfrecord_io.pipelines.demo_data import make_demo_media
     from tfrecord_io.pipelines.runtime import dataset_dir
+    from tfrecord_io.pipelines.runtime.local_workers import fork_workers
     from tfrecord_io.pipelines.runtime.options import beam_args
+    from tfrecord_io.pipelines.runtime.parallelism import build_input_is_small, record_input_is_small
     from tfrecord_io.pipelines.validate import run_validate, summary_lines
     from tfrecord_io.reader import tfrecord_iterator
     from tfrecord_io.transforms import decode_example
@@ -73,12 +80,19 @@ def _run(args: argparse.Namespace, beam_flags: List[str]) -> int:
     print(f"1/3 generating {args.rows} images, audio clips and captions (+1 broken image) in {root}")
     config_path = make_demo_media(root, args.rows)
     cfg = load_config(config_path, [("report", True)])  # and <version>/report.html (tfrecord-io report)
-    flags = beam_args(cfg["runner"], beam_flags)
+    flags = beam_args(cfg["runner"], beam_flags, small_input=build_input_is_small(cfg["input"]))
     print(f"2/3 building the dataset on the local runner ({' '.join(flags)})")
-    summary = run_build(cfg, PipelineOptions(flags))
+    options = PipelineOptions(flags)
+    # as `tfrecord-io build` does: on 2 local workers, forked now (already imported)
+    workers = fork_workers(options, preload=("tfrecord_io.transforms.rows",))
+    with workers or contextlib.nullcontext():
+        summary = run_build(cfg, options, workers=workers)
     print("\n".join("    " + line for line in summary.lines()))
     print("3/3 validating it (CRCs, feature spec, counts, checksums)")
-    report = run_validate([cfg["output"]["dir"]], PipelineOptions(flags))
+    small = record_input_is_small([cfg["output"]["dir"]])
+    report = run_validate(
+        [cfg["output"]["dir"]], PipelineOptions(beam_args(cfg["runner"], beam_flags, small_input=small))
+    )
     print("\n".join("    " + line for line in summary_lines(report)))
 
     version_dir = dataset_dir.resolve_dataset_dir(cfg["output"]["dir"])

@@ -125,9 +125,10 @@ sharding: {num_shards: 2}
 output:
   dir: out
   version: auto
+# The local runner: in-process for an input this small, 2 worker processes for a large
+# one (add options: {direct_num_workers: 2, direct_running_mode: multi_processing} to force them).
 runner:
   runner: DirectRunner
-  options: {direct_num_workers: 2, direct_running_mode: multi_processing}
 """
 
 

@@ -2,7 +2,9 @@
 whatever Beam flags the user passes through on the command line.
 
 Local default: ``DirectRunner`` with 2 workers in multi-processing mode, named
-explicitly so Beam never goes looking for a runner to download.
+explicitly so Beam never goes looking for a runner to download; a small local input
+runs in-process instead (one worker, ``in_memory``: ``runtime/parallelism.py``) unless
+the command line or the config names ``--direct_num_workers`` / ``--direct_running_mode``.
 """
 
 from __future__ import annotations
@@ -44,16 +46,31 @@ def runner_section(path: Optional[str]) -> Optional[Dict[str, Any]]:
     return load_runner_section(path)
 
 
-def command_flags(runner_config: Optional[str], passthrough: Sequence[str]) -> List[str]:
+def command_flags(runner_config: Optional[str], passthrough: Sequence[str], small_input: bool = False) -> List[str]:
     """Flags for a command without a job config: ``--runner-config``'s section under
     the Beam flags given on the command line (see :func:`beam_args`)."""
-    return beam_args(runner_section(runner_config), passthrough)
+    return beam_args(runner_section(runner_config), passthrough, small_input=small_input)
 
 
-def beam_args(runner_cfg: Optional[Mapping[str, Any]], passthrough: Sequence[str], quiet: bool = True) -> List[str]:
-    """Flags for ``PipelineOptions``: local defaults < config < command line."""
+def beam_args(
+    runner_cfg: Optional[Mapping[str, Any]],
+    passthrough: Sequence[str],
+    quiet: bool = True,
+    small_input: bool = False,
+) -> List[str]:
+    """Flags for ``PipelineOptions``: local defaults < config < command line.
+
+    ``small_input``: the job's input is small (``runtime/parallelism.py``): on the local
+    DirectRunner it runs in-process with one worker, unless the config or the command
+    line names the local parallelism (``--direct_num_workers``, ``--direct_running_mode``).
+    """
+    from tfrecord_io.pipelines.runtime.parallelism import PARALLELISM_FLAGS, local_overrides
+
     merged: Dict[str, Any] = dict(LOCAL_DEFAULTS)
     cfg = dict(runner_cfg or {})
+    chosen = set(cfg.get("options") or {}) | {a.split("=", 1)[0].lstrip("-") for a in passthrough if a.startswith("--")}
+    if not chosen & set(PARALLELISM_FLAGS):
+        merged.update(local_overrides(small_input))
     runner = cfg.get("runner")
     if runner and runner.lower() not in ("directrunner",):
         # Non-local runners do not take the direct runner's options.
@@ -75,12 +92,12 @@ def beam_args(runner_cfg: Optional[Mapping[str, Any]], passthrough: Sequence[str
     return add_runner_binaries(args + list(passthrough))
 
 
-def pipeline_options(runner_cfg: Optional[Mapping[str, Any]], passthrough: Sequence[str]):
+def pipeline_options(runner_cfg: Optional[Mapping[str, Any]], passthrough: Sequence[str], small_input: bool = False):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from tfrecord_io import storage_retry  # noqa: F401 - registers --storage_timeout with Beam's options
 
-    return PipelineOptions(beam_args(runner_cfg, passthrough))
+    return PipelineOptions(beam_args(runner_cfg, passthrough, small_input=small_input))
 
 
 def is_local(args: Sequence[str]) -> bool:
