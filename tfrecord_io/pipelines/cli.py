@@ -224,11 +224,13 @@ def _main(argv: Optional[List[str]] = None) -> int:
     from tfrecord_io.pipelines.commands import COMMANDS, reshard_state
     from tfrecord_io.pipelines.runtime.errors import UsageError
     from tfrecord_io.pipelines.runtime.failures import (
+        ACCESS_MEANING,
         EXIT_FAILED,
         EXIT_USAGE,
         JobLog,
         Terminated,
         WorkerDied,
+        access_refused,
         failure_block,
         format_exception,
         root_cause,
@@ -262,7 +264,11 @@ def _main(argv: Optional[List[str]] = None) -> int:
                 # a signal stopped the job and something raised on the way out (the
                 # runner's shutdown meeting the stopped workers): the signal is the cause
                 err = Terminated(log.terminated_by)
-            if isinstance(err, WorkerDied):
+            meaning = None
+            refused = access_refused(err, log.thread_errors) if isinstance(err, Exception) else None
+            if refused is not None:  # credentials, permissions, no such bucket: the user's to fix
+                what, where, code, meaning = refused.line, refused.where(), EXIT_USAGE, ACCESS_MEANING
+            elif isinstance(err, WorkerDied):
                 what, where, code = str(err), None, EXIT_FAILED
             elif isinstance(err, Terminated):
                 what, where, code = f"interrupted: {err}", None, 128 + err.signum
@@ -271,7 +277,7 @@ def _main(argv: Optional[List[str]] = None) -> int:
             else:
                 cause = root_cause(err, log.thread_errors)
                 what, where, code = cause.line, cause.where(), EXIT_FAILED
-            block = failure_block(args.command, what, _failure_state(args), code, where, log.path)
+            block = failure_block(args.command, what, _failure_state(args), code, where, log.path, meaning)
             log.record(block)
             if not log.verbose:
                 print(block, file=log.terminal, flush=True)
