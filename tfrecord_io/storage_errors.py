@@ -94,7 +94,7 @@ def bucket_of(path: str) -> str:
 
 def hint_for(path: str, kind: str) -> str:
     """What to set, for a refusal of ``kind`` (``missing``, ``refused``, ``denied``,
-    ``no_bucket``) on ``path``'s store."""
+    ``forbidden``: a 403 without a reason, as a HEAD gets; ``no_bucket``) on ``path``'s store."""
     scheme = str(path).partition("://")[0]
     bucket = bucket_of(path)
     if scheme == "s3":
@@ -122,13 +122,16 @@ def hint_for(path: str, kind: str) -> str:
     if kind == "no_bucket":
         what = "container" if scheme in ("az", "azfs") else "bucket"
         return f"check the {what} name '{bucket}' (and {endpoint})"
-    return f"check that the credentials in use may do this on '{bucket}' ({creds}), and the bucket's permissions"
+    if kind == "forbidden":
+        return f"check {creds}, and that they may do this on '{bucket}'"
+    return f"check that the credentials in use ({creds}) may do this on '{bucket}', and the bucket's permissions"
 
 
 _REASONS = {
     "missing": "no credentials for the store",
     "refused": "the store refused the credentials",
     "denied": "access denied",
+    "forbidden": "the store refused access (HTTP 403: the credentials are wrong, or may not do this)",
     "no_bucket": "no such bucket",
 }
 
@@ -173,7 +176,7 @@ def _kind_of_code(code: str, status: Optional[int], operation: str = "") -> Opti
         return "refused"
     if status == 403:
         # a HEAD's 403 has no body to say which: the signature or the permission
-        return "refused" if code in ("", "403", "Forbidden") else "denied"
+        return "forbidden" if code in ("", "403", "Forbidden") else "denied"
     if status == 404 and operation in ("HeadBucket", "GetBucketLocation"):
         return "no_bucket"
     return None
@@ -241,11 +244,10 @@ def access_error(err: BaseException, path: str, offset: Optional[int] = None) ->
     for current in _chain(err):
         if isinstance(current, StorageAccessError):
             return current
-    for current in _chain(err):
-        found = _classify_one(current)
-        if found is not None:
-            return _make(path, found[0], found[1], offset)
-    return None
+    found = None
+    for current in _chain(err):  # the innermost refusal: the client's own words, not a wrapper's
+        found = _classify_one(current) or found
+    return None if found is None else _make(path, found[0], found[1], offset)
 
 
 def access_error_from_status(
