@@ -221,6 +221,18 @@ def _storage_error(err: Exception, path: str = "") -> Exception:
     return err
 
 
+def _only_missing_blobs(err: Exception) -> bool:
+    """Whether a ``BeamIOError`` of ``exists`` says only "the blob does not exist".
+
+    Why: Beam's Azure filesystem (2.62) turns the SDK's ``ResourceNotFoundError`` into its
+    own ``BlobStorageError`` before its ``exists`` looks for the former, so ``exists`` of
+    a missing ``azfs://`` blob raises instead of answering False."""
+    details = list((getattr(err, "exception_details", None) or {}).values())
+    return bool(details) and all(
+        type(d).__name__ == "BlobStorageError" and getattr(d, "code", None) == 404 for d in details
+    )
+
+
 def match(patterns: List[str]) -> List[Any]:
     """Beam's ``FileSystems.match(patterns)``, with a store's refusal raised as
     :class:`~tfrecord_io.errors.StorageAccessError` (a pattern in a bucket that does not
@@ -274,7 +286,9 @@ def exists(path: str) -> bool:
         except BeamIOError as err:
             if _storage_error(err, path) is not err:
                 raise _storage_error(err, path) from err
-            raise
+            if not _only_missing_blobs(err):
+                raise
+            found = False
         if not found:
             check_bucket(path)
         return found
