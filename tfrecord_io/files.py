@@ -327,7 +327,7 @@ def check_filesystem(path: str) -> None:
         beam_filesystems().get_filesystem(path)
     except ValueError as err:
         scheme = str(path).split("://", 1)[0]
-        hint = {"s3": "apache-beam[aws]", "gs": "apache-beam[gcp]", "hdfs": "apache-beam with --hdfs_host"}.get(scheme)
+        hint = {"s3": "apache-beam[aws]", "gs": "apache-beam[gcp]", "azfs": "tfrecord-io[azure]", "hdfs": "apache-beam with --hdfs_host"}.get(scheme)
         extra = f" (install {hint})" if hint else ""
         raise ValueError(f"{path}: no filesystem for the {scheme}:// scheme{extra}: {err}") from None
 
