@@ -110,13 +110,15 @@ def test_build_validate_and_torch_read_on_azfs(az_env, az_container, media):
     print(f"azfs build + validate + torch read: {elapsed:.1f}s")
 
 
-def test_refused_key_and_missing_container_fail_at_once(az_env, az_container, tmp_path):
-    """A wrong account key (Azurite answers 403 AuthenticationFailed) and a container that
+def test_missing_or_refused_key_and_missing_container_fail_at_once(az_env, az_container, tmp_path):
+    """No credentials at all, a wrong account key (Azurite answers 403) and a container that
     does not exist: ``validate`` exits 2 within seconds with StorageAccessError naming
     the object and what to set."""
     server = az_env
     wrong = f"--azure_connection_string={server.connection_string(key='d3Jvbmcga2V5IGZvciB0aGUgdGVzdA==')}"
     cases = [
+        # neither --azure_connection_string nor AZURE_STORAGE_CONNECTION_STRING
+        (az_container + "/ds", [], ("no credentials for the store",), "set --azure_connection_string"),
         # a HEAD's 403 has no body to say why: either reason is right
         (az_container + "/ds", [wrong], ("the store refused the credentials", "the store refused access (HTTP 403"),
          "--azure_connection_string"),

@@ -34,6 +34,7 @@ _NO_CREDENTIALS = {
     "UnauthorizedSSOTokenError",
     "SSOTokenLoadError",
     "TokenRetrievalError",
+    "CredentialUnavailableError",  # azure.identity: no credential in its chain
 }
 # S3 error codes: the credentials were refused
 _REFUSED_CODES = {
@@ -62,7 +63,13 @@ _NO_BUCKET_CODES = {"NoSuchBucket", "ContainerNotFound", "ContainerBeingDeleted"
 # "An error occurred (SignatureDoesNotMatch) when calling the ListObjectsV2 operation: ..."
 _BOTO_MESSAGE = re.compile(r"An error occurred \((?P<code>[\w.]+)\) when calling the (?P<op>\w+) operation")
 _AZURE_CODE = re.compile(r"ErrorCode:\s*(?P<code>\w+)")
-_NO_CREDENTIALS_TEXT = ("Unable to locate credentials", "Partial credentials found")
+_NO_CREDENTIALS_TEXT = (
+    "Unable to locate credentials",  # botocore
+    "Partial credentials found",  # botocore
+    # Beam's Azure filesystem with neither a connection string nor --blob_service_endpoint
+    # hands the SDK no account URL
+    "Account URL must be a string",
+)
 
 _SCHEME_NAMES = {"s3": "S3", "gs": "Google Cloud Storage", "az": "Azure Blob Storage", "azfs": "Azure Blob Storage"}
 
