@@ -46,7 +46,9 @@ ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1
 def find_azurite() -> Optional[str]:
     """Path of the ``azurite-blob`` program, or None."""
     tools = os.environ.get("TFRECORD_IO_TOOLS", os.path.expanduser("~/.cache/tfrecord-io/bin"))
-    installed = sorted(glob.glob(os.path.join(os.path.dirname(tools), "azurite-*", "node_modules", ".bin", "azurite-blob")))
+    installed = sorted(
+        glob.glob(os.path.join(os.path.dirname(tools), "azurite-*", "node_modules", ".bin", "azurite-blob"))
+    )
     candidates = [os.environ.get("TFRECORD_IO_AZURITE"), *reversed(installed), shutil.which("azurite-blob")]
     for path in candidates:
         if path and os.path.isfile(path) and os.access(path, os.X_OK):
@@ -146,7 +148,9 @@ def start_azurite(program: str, workdir: str, timeout_s: float = START_TIMEOUT_S
         server.stop()
         with open(log_path, encoding="utf-8", errors="replace") as f:
             tail = f.read()[-2000:]
-        last_error = RuntimeError(f"azurite did not come up on port {port} within {timeout_s}s ({last_error}); log:\n{tail}")
+        last_error = RuntimeError(
+            f"azurite did not come up on port {port} within {timeout_s}s ({last_error}); log:\n{tail}"
+        )
     raise RuntimeError(str(last_error))
 
 

@@ -120,10 +120,18 @@ def test_missing_or_refused_key_and_missing_container_fail_at_once(az_env, az_co
         # neither --azure_connection_string nor AZURE_STORAGE_CONNECTION_STRING
         (az_container + "/ds", [], ("no credentials for the store",), "set --azure_connection_string"),
         # a HEAD's 403 has no body to say why: either reason is right
-        (az_container + "/ds", [wrong], ("the store refused the credentials", "the store refused access (HTTP 403"),
-         "--azure_connection_string"),
-        (server.url("no-such-container-x", "ds"), server.pipeline_args(), ("no such container",),
-         "check the container name 'no-such-container-x'"),
+        (
+            az_container + "/ds",
+            [wrong],
+            ("the store refused the credentials", "the store refused access (HTTP 403"),
+            "--azure_connection_string",
+        ),
+        (
+            server.url("no-such-container-x", "ds"),
+            server.pipeline_args(),
+            ("no such container",),
+            "check the container name 'no-such-container-x'",
+        ),
     ]
     for url, flags, reasons, hint in cases:
         env = {k: v for k, v in cli_env().items() if not k.startswith("AZURE_")}

@@ -255,7 +255,11 @@ def test_the_torch_reader_raises_storage_access_error_at_once(iam_store, data, k
         bucket = "no-such-bucket-" + secrets.token_hex(4)
         url = url.replace(data["bucket"], bucket)
     proc = subprocess.run(
-        [sys.executable, "-c", TORCH_READ, url], capture_output=True, text=True, env=_torch_env(iam_store, kind), timeout=300
+        [sys.executable, "-c", TORCH_READ, url],
+        capture_output=True,
+        text=True,
+        env=_torch_env(iam_store, kind),
+        timeout=300,
     )
     assert proc.returncode == 3, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     elapsed, message = proc.stdout.strip().split("\n", 1)

@@ -124,7 +124,7 @@ def check_bucket(path: str) -> None:
         return
     try:
         client.head_bucket(Bucket=bucket)
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - a missing bucket or a refusal is raised, anything else left to the caller
         status = storage_errors.status_of(err)
         if status == 404:
             raise storage_errors.no_such_bucket(path, f"HEAD of the bucket: HTTP {status}") from None
@@ -327,7 +327,12 @@ def check_filesystem(path: str) -> None:
         beam_filesystems().get_filesystem(path)
     except ValueError as err:
         scheme = str(path).split("://", 1)[0]
-        hint = {"s3": "apache-beam[aws]", "gs": "apache-beam[gcp]", "azfs": "tfrecord-io[azure]", "hdfs": "apache-beam with --hdfs_host"}.get(scheme)
+        hint = {
+            "s3": "apache-beam[aws]",
+            "gs": "apache-beam[gcp]",
+            "azfs": "tfrecord-io[azure]",
+            "hdfs": "apache-beam with --hdfs_host",
+        }.get(scheme)
         extra = f" (install {hint})" if hint else ""
         raise ValueError(f"{path}: no filesystem for the {scheme}:// scheme{extra}: {err}") from None
 

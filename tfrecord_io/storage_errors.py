@@ -23,7 +23,18 @@ from typing import Any, Iterator, List, Optional
 
 from .errors import StorageAccessError
 
-__all__ = ["StorageAccessError", "access_error", "access_error_from_status", "no_such_bucket", "hint_for", "store_of", "status_of", "raise_access_error", "bucket_of", "path_in"]
+__all__ = [
+    "StorageAccessError",
+    "access_error",
+    "access_error_from_status",
+    "no_such_bucket",
+    "hint_for",
+    "store_of",
+    "status_of",
+    "raise_access_error",
+    "bucket_of",
+    "path_in",
+]
 
 # botocore's exceptions for credentials that are absent or incomplete (class names: no import)
 _NO_CREDENTIALS = {

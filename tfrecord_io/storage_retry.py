@@ -61,7 +61,14 @@ BEAM_RETRY_LOGGER = "apache_beam.utils.retry"
 _ARGS_SLEEP, _ARGS_FUNCTION, _ARGS_ERROR = 0, 1, 2
 _URL = re.compile(r"""(https?://[^\s"'/]+)(/[^\s"'?]*)?""")
 
-__all__ = ["StorageUnavailableError", "StorageAccessError", "StorageOptions", "install", "storage_timeout", "set_storage_timeout"]
+__all__ = [
+    "StorageUnavailableError",
+    "StorageAccessError",
+    "StorageOptions",
+    "install",
+    "storage_timeout",
+    "set_storage_timeout",
+]
 
 Listener = Callable[[Dict[str, Any]], None]
 
