@@ -233,7 +233,10 @@ def access_refused(exc: BaseException, thread_errors: Sequence[BaseException] = 
                 frame = _our_frame("".join(traceback.format_tb(e.__traceback__)))
                 if frame and frame.startswith("tfrecord_io/storage_retry.py"):
                     frame = None  # raised from Beam's retry announcement: says nothing of the job
-                return RootCause(f"StorageAccessError: {e}", None, frame)
+                step = _STEP.search(str(e))  # in-process runners append the step to the message
+                return RootCause(
+                    f"StorageAccessError: {_STEP.sub('', str(e)).strip()}", step.group("step") if step else None, frame
+                )
         for e in _chain(err):
             for m in _EXCEPTION_LINE.finditer(str(e)):
                 if _short_name(m.group("name")) == "StorageAccessError":
