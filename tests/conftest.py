@@ -49,7 +49,8 @@ REPO = os.path.dirname(TESTS)
 PICKLERS = ("default", "dill", "cloudpickle")
 
 # The S3 server fixtures (``s3_server``, ``s3_bucket``): a real versitygw on 127.0.0.1.
-pytest_plugins = ["s3support"]
+# The Azure fixtures (``azurite``, ``az_container``): Azurite's Blob service on 127.0.0.1.
+pytest_plugins = ["s3support", "azure_support"]
 
 # A test module that builds Beam pipelines in the test process (directly or through the
 # project's job functions) calls one of these.
@@ -184,6 +185,8 @@ def pytest_collection_modifyitems(config, items):
         if "s3_server" in getattr(item, "fixturenames", ()):
             # every test on the real S3 server, not only the ones marked by hand (-m "not s3")
             item.add_marker(pytest.mark.s3)
+        if "azurite" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.azure)
     recorded_path = config.getoption("--beam-only-recorded")
     if recorded_path:
         if not os.path.exists(recorded_path):

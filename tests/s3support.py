@@ -147,6 +147,7 @@ def start_versitygw(
     timeout_s: float = START_TIMEOUT_S,
     keep_alive: bool = False,
     root: Optional[str] = None,
+    extra_args: Optional[List[str]] = None,
 ) -> S3Server:
     """Start versitygw on a free 127.0.0.1 port and wait until it answers a signed request.
 
@@ -154,8 +155,9 @@ def start_versitygw(
     and most S3 servers do; versitygw's default closes the connection after every
     response, so each request pays a TCP connect (the tests keep that default: it
     exercises reconnecting). ``root``: the directory to serve (default: a new one in
-    ``workdir``; another server's ``root_dir`` serves its buckets too)."""
-    extra = ["--keep-alive"] if keep_alive else []
+    ``workdir``; another server's ``root_dir`` serves its buckets too). ``extra_args``:
+    more gateway options (e.g. ``--iam-dir DIR`` for accounts besides the root one)."""
+    extra = (["--keep-alive"] if keep_alive else []) + list(extra_args or [])
     root = root or os.path.join(workdir, "s3-root")
     os.makedirs(root, exist_ok=True)
     access, secret = "tk" + secrets.token_hex(8), secrets.token_hex(20)

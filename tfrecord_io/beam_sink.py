@@ -147,7 +147,7 @@ def _shard_regex(prefix: str, suffix: str, template: str) -> re.Pattern[str]:
 def _existing_shards(prefix: str, suffix: str, template: str) -> List[str]:
     """Final-name files of this prefix/template now present (data files only)."""
     pattern = _shard_regex(prefix, suffix, template)
-    found = files.beam_filesystems().match([prefix + "*" + suffix])[0].metadata_list
+    found = files.match([prefix + "*" + suffix])[0].metadata_list
     return sorted(m.path for m in found if pattern.match(m.path))
 
 

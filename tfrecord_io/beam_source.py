@@ -489,7 +489,7 @@ class _ToFileElements(beam.DoFn):
     def process(self, element: Any) -> Iterator[FileElement]:
         if isinstance(element, (str, bytes)):
             pattern = element.decode() if isinstance(element, bytes) else element
-            for result in files.beam_filesystems().match([pattern]):
+            for result in files.match([pattern]):
                 matched = sorted(result.metadata_list, key=lambda m: m.path)
                 names = {m.path for m in matched}
                 for meta in matched:
@@ -701,7 +701,7 @@ class ReadFromTFRecord(beam.PTransform):
         self._pattern = file_pattern
         self._read_all = ReadAllFromTFRecord(coder, compression_type, **options)  # checks the options first
         if validate:
-            result = files.beam_filesystems().match([file_pattern])[0]
+            result = files.match([file_pattern])[0]
             if not result.metadata_list:
                 raise OSError(f"No files found based on the file pattern {file_pattern}")
         if self._read_all._arrow:  # no schema given: the first file's, known before the job runs

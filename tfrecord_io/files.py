@@ -7,15 +7,18 @@ when such a path is used, so the format core runs without Beam installed.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
 import os
+import threading
 import time
 import zlib
-from typing import Any, BinaryIO, Dict, List, Optional, Tuple, cast
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Set, Tuple, cast
 
-from .errors import TFRecordError
+from . import storage_errors
+from .errors import StorageUnavailableError, TFRecordError
 
 PLAIN = ""
 GZIP = "gzip"
@@ -86,6 +89,51 @@ def _local(path: str) -> str:
     return path[len("file://") :] if path.startswith("file://") else path
 
 
+@contextlib.contextmanager
+def refusals(path: str) -> Iterator[None]:
+    """Raise a store's refusal inside the block (missing or refused credentials, no such
+    bucket, access denied) as :class:`~tfrecord_io.errors.StorageAccessError` naming
+    ``path`` and what to set (:mod:`tfrecord_io.storage_errors`); anything else as it was."""
+    try:
+        yield
+    except Exception as err:
+        storage_errors.raise_access_error(err, path)
+        raise
+
+
+_buckets_seen: Set[str] = set()
+_buckets_lock = threading.Lock()
+
+
+def check_bucket(path: str) -> None:
+    """Raise :class:`~tfrecord_io.errors.StorageAccessError` if ``path``'s ``s3://``
+    bucket does not exist (or may not be used with these credentials).
+
+    Why: Beam's S3 filesystem reads a listing's "no such bucket" (404) as "nothing
+    there", and a HEAD of a key in a missing bucket is a plain 404, so a misspelt bucket
+    would look like a missing file. Called only when a lookup found nothing; one HEAD
+    of the bucket per bucket and process (a bucket found is remembered)."""
+    if not str(path).startswith("s3://"):
+        return
+    bucket = storage_errors.bucket_of(path)
+    if not bucket or bucket in _buckets_seen:
+        return
+    try:
+        client, _, _ = _s3_client(path)
+    except Exception:  # noqa: BLE001 - a Beam without these internals: nothing to check with
+        return
+    try:
+        client.head_bucket(Bucket=bucket)
+    except Exception as err:  # noqa: BLE001 - a missing bucket or a refusal is raised, anything else left to the caller
+        status = storage_errors.status_of(err)
+        if status == 404:
+            raise storage_errors.no_such_bucket(path, f"HEAD of the bucket: HTTP {status}") from None
+        storage_errors.raise_access_error(err, path)
+        return  # anything else (an outage ...): the caller's own answer stands
+    with _buckets_lock:
+        _buckets_seen.add(bucket)
+
+
 def open_raw(path: str, mode: str = "rb") -> BinaryIO:
     """Open the bytes of ``path`` as stored (no decompression)."""
     # The casts here and below: io's file classes are binary files, but not typing.BinaryIO
@@ -94,9 +142,15 @@ def open_raw(path: str, mode: str = "rb") -> BinaryIO:
         from apache_beam.io.filesystem import CompressionTypes
 
         fs = beam_filesystems()
-        if "r" in mode:
-            return fs.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-        return cast(BinaryIO, _EmptySafeWriter(fs.create(path, compression_type=CompressionTypes.UNCOMPRESSED)))
+        with refusals(path):
+            try:
+                if "r" in mode:
+                    return fs.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+                writer = fs.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+            except FileNotFoundError:
+                check_bucket(path)
+                raise
+        return cast(BinaryIO, _EmptySafeWriter(writer, path))
     return cast(BinaryIO, open(_local(path), mode))
 
 
@@ -110,15 +164,17 @@ class _EmptySafeWriter(io.RawIOBase):
     as they are).
     """
 
-    def __init__(self, inner: BinaryIO):
+    def __init__(self, inner: BinaryIO, path: str = ""):
         self._inner = inner
+        self._path = path
         self._written = 0
 
     def writable(self) -> bool:
         return True
 
     def write(self, data) -> int:
-        n = self._inner.write(data)
+        with refusals(self._path):
+            n = self._inner.write(data)
         self._written += len(data) if n is None else n
         return len(data) if n is None else n
 
@@ -133,23 +189,68 @@ class _EmptySafeWriter(io.RawIOBase):
         if self.closed:
             return
         try:
-            if self._written == 0:
-                uploader = getattr(getattr(self._inner, "raw", None), "_uploader", None)
-                if uploader is not None and hasattr(uploader, "_write_to_s3") and not getattr(uploader, "parts", True):
-                    uploader._write_to_s3(b"")
-            self._inner.close()
+            with refusals(self._path):
+                if self._written == 0:
+                    uploader = getattr(getattr(self._inner, "raw", None), "_uploader", None)
+                    if (
+                        uploader is not None
+                        and hasattr(uploader, "_write_to_s3")
+                        and not getattr(uploader, "parts", True)
+                    ):
+                        uploader._write_to_s3(b"")
+                self._inner.close()
         finally:
             super().close()
 
 
-def _storage_error(err: Exception) -> Exception:
-    """The :class:`~tfrecord_io.storage_retry.StorageUnavailableError` inside a
-    ``BeamIOError`` (Beam's FileSystems wraps each path's error), else ``err``: a job
-    stopped by an unreachable store says so first, not "exists() operation failed"."""
-    for detail in (getattr(err, "exception_details", None) or {}).values():
-        if type(detail).__name__ == "StorageUnavailableError":
+def _storage_error(err: Exception, path: str = "") -> Exception:
+    """The :class:`~tfrecord_io.errors.StorageUnavailableError` (or its
+    :class:`~tfrecord_io.errors.StorageAccessError`) inside a ``BeamIOError`` (Beam's
+    FileSystems wraps each path's error), or the refusal one of its errors amounts to,
+    else ``err``: a job stopped by an unreachable or refusing store says so first, not
+    "exists() operation failed"."""
+    details = getattr(err, "exception_details", None) or {}
+    for detail in details.values():
+        if isinstance(detail, StorageUnavailableError):
             return detail
+    for where, detail in details.items():
+        if isinstance(detail, BaseException):
+            refused = storage_errors.access_error(detail, str(where) if "://" in str(where) else path)
+            if refused is not None:
+                return refused
     return err
+
+
+def _only_missing_blobs(err: Exception) -> bool:
+    """Whether a ``BeamIOError`` of ``exists`` says only "the blob does not exist".
+
+    Why: Beam's Azure filesystem (2.62) turns the SDK's ``ResourceNotFoundError`` into its
+    own ``BlobStorageError`` before its ``exists`` looks for the former, so ``exists`` of
+    a missing ``azfs://`` blob raises instead of answering False."""
+    details = list((getattr(err, "exception_details", None) or {}).values())
+    return bool(details) and all(
+        type(d).__name__ == "BlobStorageError" and getattr(d, "code", None) == 404 for d in details
+    )
+
+
+def match(patterns: List[str]) -> List[Any]:
+    """Beam's ``FileSystems.match(patterns)``, with a store's refusal raised as
+    :class:`~tfrecord_io.errors.StorageAccessError` (a pattern in a bucket that does not
+    exist too, where Beam would answer "no match"). For every direct use of ``match``
+    on remote patterns in this package."""
+    from apache_beam.io.filesystem import BeamIOError
+
+    try:
+        with refusals(patterns[0] if patterns else ""):
+            results = beam_filesystems().match(patterns)
+    except BeamIOError as err:
+        if _storage_error(err, patterns[0] if patterns else "") is not err:
+            raise _storage_error(err, patterns[0]) from err
+        raise
+    for pattern, result in zip(patterns, results):
+        if not result.metadata_list:
+            check_bucket(pattern)
+    return results
 
 
 def file_size(path: str) -> int:
@@ -160,14 +261,16 @@ def file_size(path: str) -> int:
         from apache_beam.io.filesystem import BeamIOError
 
         try:
-            found = beam_filesystems().match([path])[0].metadata_list
+            with refusals(path):
+                found = beam_filesystems().match([path])[0].metadata_list
         except BeamIOError as err:
-            if _storage_error(err) is not err:
-                raise _storage_error(err) from err
+            if _storage_error(err, path) is not err:
+                raise _storage_error(err, path) from err
             raise FileNotFoundError(f"{path}: {err}") from None
         for meta in found:
             if meta.path.rstrip("/") == str(path).rstrip("/"):
                 return int(meta.size_in_bytes)
+        check_bucket(path)
         raise FileNotFoundError(f"no such file: {path}")
     return os.path.getsize(_local(path))
 
@@ -178,26 +281,24 @@ def exists(path: str) -> bool:
 
         fs = beam_filesystems()
         try:
-            return fs.exists(path)
+            with refusals(path):
+                found = fs.exists(path)
         except BeamIOError as err:
-            if _storage_error(err) is not err:
-                raise _storage_error(err) from err
-            raise
+            if _storage_error(err, path) is not err:
+                raise _storage_error(err, path) from err
+            if not _only_missing_blobs(err):
+                raise
+            found = False
+        if not found:
+            check_bucket(path)
+        return found
     return os.path.exists(_local(path))
 
 
 def glob(pattern: str) -> List[str]:
     """Sorted paths matching ``pattern`` (local glob, or Beam's match for remote)."""
     if is_remote(pattern):
-        from apache_beam.io.filesystem import BeamIOError
-
-        fs = beam_filesystems()
-        try:
-            result = fs.match([pattern])[0]
-        except BeamIOError as err:
-            if _storage_error(err) is not err:
-                raise _storage_error(err) from err
-            raise
+        result = match([pattern])[0]
         return sorted(m.path for m in result.metadata_list)
     import glob as _glob
 
@@ -226,7 +327,12 @@ def check_filesystem(path: str) -> None:
         beam_filesystems().get_filesystem(path)
     except ValueError as err:
         scheme = str(path).split("://", 1)[0]
-        hint = {"s3": "apache-beam[aws]", "gs": "apache-beam[gcp]", "hdfs": "apache-beam with --hdfs_host"}.get(scheme)
+        hint = {
+            "s3": "apache-beam[aws]",
+            "gs": "apache-beam[gcp]",
+            "azfs": "tfrecord-io[azure]",
+            "hdfs": "apache-beam with --hdfs_host",
+        }.get(scheme)
         extra = f" (install {hint})" if hint else ""
         raise ValueError(f"{path}: no filesystem for the {scheme}:// scheme{extra}: {err}") from None
 
@@ -243,7 +349,7 @@ def read_bytes(path: str, max_bytes: Optional[int] = None) -> bytes:
         data = _s3_object(path, max_bytes)
         if data is not None:
             return data
-    with open_raw(path, "rb") as f:
+    with open_raw(path, "rb") as f, refusals(path):
         return f.read() if max_bytes is None else f.read(max_bytes + 1)
 
 
@@ -253,7 +359,8 @@ def _s3_object(path: str, max_bytes: Optional[int]) -> Optional[bytes]:
     anything goes wrong: a missing object, an empty one (S3 refuses a range of it), a
     failing store, a Beam without these internals. The caller then reads through Beam's
     ``open``, which reports each of those as it always has (a missing file, the storage
-    timeout and its retry notes)."""
+    timeout and its retry notes). A refusal (credentials, permissions, no such bucket) is
+    raised at once as :class:`~tfrecord_io.errors.StorageAccessError`."""
     try:
         client, bucket, key = _s3_client(path)
         ranged = {"Range": f"bytes=0-{max_bytes}"} if max_bytes is not None else {}
@@ -262,7 +369,8 @@ def _s3_object(path: str, max_bytes: Optional[int]) -> Optional[bytes]:
             return body.read()
         finally:
             body.close()
-    except Exception:  # noqa: BLE001 - any failure: Beam's open reads it, and names what is wrong
+    except Exception as err:  # noqa: BLE001 - any other failure: Beam's open reads it, and names what is wrong
+        storage_errors.raise_access_error(err, path)
         return None
 
 
@@ -304,7 +412,8 @@ def put_if_absent(path: str, data: bytes) -> Optional[bool]:
     replace what another writer has just created with the store's promise. Other
     schemes: a plain write (None). Local paths: use ``os.open`` with ``O_EXCL``."""
     if path.startswith("s3://"):
-        created = _s3_put_if_absent(path, data)
+        with refusals(path):
+            created = _s3_put_if_absent(path, data)
         if created is not None:
             return created
     write_bytes(path, data)
@@ -372,7 +481,7 @@ def write_bytes(path: str, data: bytes, create_dirs: bool = True) -> None:
     local directory is an error (FileNotFoundError) instead of being made.
     """
     if is_remote(path):
-        with open_raw(path, "wb") as f:
+        with refusals(path), open_raw(path, "wb") as f:
             f.write(data)
         return
     path = _local(path)
@@ -407,7 +516,8 @@ def delete(paths: List[str]) -> None:
         from apache_beam.io.filesystem import BeamIOError
 
         try:
-            beam_filesystems().delete(remote)
+            with refusals(remote[0]):
+                beam_filesystems().delete(remote)
         except BeamIOError as err:
             real = {
                 p: e
@@ -415,8 +525,8 @@ def delete(paths: List[str]) -> None:
                 if not isinstance(e, FileNotFoundError) and "404" not in str(e) and "Not Found" not in str(e)
             }
             if real:
-                if _storage_error(err) is not err:
-                    raise _storage_error(err) from err
+                if _storage_error(err, remote[0]) is not err:
+                    raise _storage_error(err, remote[0]) from err
                 raise
     for p in paths:
         if not is_remote(p):
@@ -468,7 +578,6 @@ def stat_many(paths: List[str], s3_listings: Any = None) -> Dict[str, Optional[T
         except OSError:
             out[p] = None
     if remote_by_parent:
-        fs = beam_filesystems()
         for parent, wanted in sorted(remote_by_parent.items()):
             client = s3_folder_client(parent)
             if client is not None:
@@ -477,7 +586,7 @@ def stat_many(paths: List[str], s3_listings: Any = None) -> Dict[str, Optional[T
                 out.update(s3_listing.stat_under(*client, wanted, s3_listings))
                 continue
             found = {}
-            for meta in fs.match([parent + "/*"])[0].metadata_list:
+            for meta in match([parent + "/*"])[0].metadata_list:
                 found[meta.path] = (int(meta.size_in_bytes), float(meta.last_updated_in_seconds or 0.0))
             for p in wanted:
                 out[p] = found.get(p)

@@ -61,7 +61,8 @@ from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optiona
 
 import numpy as np
 
-from .errors import TFRecordError, TruncatedRecordError
+from . import storage_errors
+from .errors import StorageAccessError, TFRecordError, TruncatedRecordError
 
 #: what a range read returns: a view of a receive buffer (or bytes from the cache)
 Data = Union[bytes, memoryview]
@@ -231,8 +232,10 @@ def stat(url: str, listed_size: Optional[int] = None) -> RemoteObject:
     try:
         head = client().head_object(Bucket=bucket, Key=key)
     except Exception as err:  # botocore's ClientError: name the object
+        storage_errors.raise_access_error(err, url)  # credentials, permissions: StorageAccessError
         code = _error_code(err)
         if code in ("404", "NoSuchKey", "NotFound"):
+            _check_bucket(bucket, url)
             raise FileNotFoundError(f"no such object: {url}") from None
         raise TFRecordError(f"cannot stat the object: {err}", url) from err
     if _settings.client_factory is None:
@@ -243,6 +246,16 @@ def stat(url: str, listed_size: Optional[int] = None) -> RemoteObject:
             f"the object changed after it was listed: it had {listed_size} bytes, now {size}", url
         )
     return RemoteObject(url, size, str(head.get("ETag", "")))
+
+
+def _check_bucket(bucket: str, url: str) -> None:
+    """A HEAD of an object in a missing bucket is a plain 404: raise
+    :class:`~tfrecord_io.errors.StorageAccessError` if the bucket is what is missing."""
+    try:
+        client().head_bucket(Bucket=bucket)
+    except Exception as err:  # noqa: BLE001 - only a missing bucket is raised here
+        if storage_errors.status_of(err) == 404:
+            raise storage_errors.no_such_bucket(url, "HEAD of the bucket: HTTP 404") from None
 
 
 # ---------------------------------------------------------------------- buffers
@@ -521,7 +534,9 @@ class _RangeGetter:
         session = boto3.session.Session()
         self.credentials = session.get_credentials()
         if self.credentials is None:
-            raise TFRecordError("no AWS credentials found (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, profile, role)")
+            raise StorageAccessError(
+                "no credentials for the store (S3)", "s3://", hint=storage_errors.hint_for("s3://", "missing")
+            )
         self.region = session.region_name or "us-east-1"
         self.endpoint = (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "").rstrip("/")
         self.pool = _Connections()
@@ -669,6 +684,7 @@ def _open(obj: RemoteObject, start: int, end: int) -> Any:
         try:
             response = client().get_object(**args)
         except Exception as err:
+            storage_errors.raise_access_error(err, obj.url)
             code = _error_code(err)
             if code in ("412", "PreconditionFailed"):
                 raise _changed(obj, start) from None
@@ -693,6 +709,9 @@ def _open(obj: RemoteObject, start: int, end: int) -> Any:
                 raise _changed(obj, start)
             if resp.status == 404:
                 raise RemoteObjectChangedError("the object was deleted after it was listed", obj.url, start)
+            refused = storage_errors.access_error_from_status(resp.status, text, obj.url, start)
+            if refused is not None:  # credentials expired or revoked mid-read: not retried
+                raise refused
             raise TFRecordError(f"range read of bytes {start}-{end - 1}: HTTP {resp.status}: {text}", obj.url, start)
         try:
             _check_version(obj, start, resp.headers.get("content-range", ""), resp.headers.get("etag"))

@@ -16,6 +16,9 @@ path, in the launcher and in every worker), sees each announcement and
 
 - tells the registered listeners (the jobs' progress line says "retrying" with the
   store, what failed and for how long: ``tfrecord_io/pipelines/runtime/progress.py``);
+- when the error is a refusal (missing or refused credentials, no such bucket, access
+  denied: :mod:`tfrecord_io.storage_errors`), raises
+  :class:`~tfrecord_io.errors.StorageAccessError` at once: retrying cannot help;
 - once the wait would end past the storage timeout, counted from that request's first
   failure, raises :class:`StorageUnavailableError` from the logging call instead: that
   ends Beam's retry loop with an error naming the store, the request and the last
@@ -46,7 +49,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from .errors import StorageUnavailableError
+from . import storage_errors
+from .errors import StorageAccessError, StorageUnavailableError
 
 DEFAULT_STORAGE_TIMEOUT = 60.0
 ENV_VAR = "TFRECORD_IO_STORAGE_TIMEOUT"
@@ -57,7 +61,14 @@ BEAM_RETRY_LOGGER = "apache_beam.utils.retry"
 _ARGS_SLEEP, _ARGS_FUNCTION, _ARGS_ERROR = 0, 1, 2
 _URL = re.compile(r"""(https?://[^\s"'/]+)(/[^\s"'?]*)?""")
 
-__all__ = ["StorageUnavailableError", "StorageOptions", "install", "storage_timeout", "set_storage_timeout"]
+__all__ = [
+    "StorageUnavailableError",
+    "StorageAccessError",
+    "StorageOptions",
+    "install",
+    "storage_timeout",
+    "set_storage_timeout",
+]
 
 Listener = Callable[[Dict[str, Any]], None]
 
@@ -174,6 +185,31 @@ def _retry_loop_key(default: Any) -> Any:
     return default
 
 
+def _retried_call() -> Any:
+    """The ``args`` of the call Beam's retry wrapper is retrying (the wrapper's local),
+    found in the calling frames; None if not found."""
+    frame: Optional[FrameType] = sys._getframe(2)
+    for _ in range(12):
+        if frame is None:
+            break
+        if "retry_intervals" in frame.f_locals:
+            return frame.f_locals.get("args")
+        frame = frame.f_back
+    return None
+
+
+def _refusal(function: str, error_text: str) -> Optional[StorageAccessError]:
+    """The :class:`StorageAccessError` the exception Beam is about to retry amounts to
+    (missing credentials come out of Beam's S3 client as an error without an HTTP
+    status, which Beam's filter retries like an outage), naming the object of the
+    retried call; None for anything else."""
+    error = sys.exc_info()[1]
+    if error is None:
+        return None
+    path = storage_errors.path_in(_retried_call()) or describe_store(error_text) or f"the store ({function})"
+    return storage_errors.access_error(error, path)
+
+
 class RetryGuard(logging.Filter):
     """The filter on Beam's retry logger (see the module doc)."""
 
@@ -208,6 +244,9 @@ class RetryGuard(logging.Filter):
             return self._shown(record)
         function = str(args[_ARGS_FUNCTION])
         error = str(args[_ARGS_ERROR]).strip()
+        refused = _refusal(function, error)
+        if refused is not None:  # retrying cannot help: end Beam's loop now, saying what to set
+            raise refused
         timeout = storage_timeout()
         now = time.monotonic()
         loop = self._loop(function, now)

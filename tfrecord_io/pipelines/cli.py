@@ -278,14 +278,14 @@ def _main(argv: Optional[List[str]] = None) -> int:
     from tfrecord_io.pipelines.commands import COMMANDS, reshard_state
     from tfrecord_io.pipelines.runtime.errors import UsageError
     from tfrecord_io.pipelines.runtime.failures import (
-        EXIT_FAILED,
+        ACCESS_MEANING,
         EXIT_USAGE,
         JobLog,
         Terminated,
         WorkerDied,
+        access_refused,
         failure_block,
         format_exception,
-        root_cause,
         stop_children,
     )
 
@@ -307,29 +307,58 @@ def _main(argv: Optional[List[str]] = None) -> int:
                 file=log.terminal,
             )
             return EXIT_USAGE
-        except (Exception, KeyboardInterrupt, Terminated, WorkerDied) as err:  # noqa: BLE001 - every failure ends in the failure block
-            log.keep = True
-            log.stopping = True  # worker exits from here on are ours
+        except Exception as err:  # noqa: BLE001 - every failure ends in a block: a refusal in its own, the rest in _failed
+            refused = access_refused(err, log.thread_errors) if log.terminated_by is None else None
+            if refused is None:
+                return _failed(args, log, err)
+            # credentials, permissions, no such bucket: the user's to fix, like a usage error
+            # (the message names the object and what to set), in the launcher or a worker
             log.record(format_exception(err))
-            stop_children()  # no worker goes on writing after the state below is taken
-            if log.terminated_by is not None and not isinstance(err, Terminated):
-                # a signal stopped the job and something raised on the way out (the
-                # runner's shutdown meeting the stopped workers): the signal is the cause
-                err = Terminated(log.terminated_by)
-            if isinstance(err, WorkerDied):
-                what, where, code = str(err), None, EXIT_FAILED
-            elif isinstance(err, Terminated):
-                what, where, code = f"interrupted: {err}", None, 128 + err.signum
-            elif isinstance(err, KeyboardInterrupt):
-                what, where, code = "interrupted (Ctrl-C)", None, 130
-            else:
-                cause = root_cause(err, log.thread_errors)
-                what, where, code = cause.line, cause.where(), EXIT_FAILED
-            block = failure_block(args.command, what, _failure_state(args), code, where, log.path)
-            log.record(block)
-            if not log.verbose:
-                print(block, file=log.terminal, flush=True)
-            return code
+            log.stopping = True
+            stop_children()
+            state = _failure_state(args)
+            print(
+                failure_block(args.command, refused.line, state, EXIT_USAGE, meaning=ACCESS_MEANING), file=log.terminal
+            )
+            return EXIT_USAGE
+        except (KeyboardInterrupt, Terminated, WorkerDied) as err:
+            return _failed(args, log, err)
+
+
+def _failed(args, log, err: BaseException) -> int:
+    """The failure block of a job that failed (exit 1) or was stopped, with the log kept."""
+    from tfrecord_io.pipelines.runtime.failures import (
+        EXIT_FAILED,
+        Terminated,
+        WorkerDied,
+        failure_block,
+        format_exception,
+        root_cause,
+        stop_children,
+    )
+
+    log.keep = True
+    log.stopping = True  # worker exits from here on are ours
+    log.record(format_exception(err))
+    stop_children()  # no worker goes on writing after the state below is taken
+    if log.terminated_by is not None and not isinstance(err, Terminated):
+        # a signal stopped the job and something raised on the way out (the
+        # runner's shutdown meeting the stopped workers): the signal is the cause
+        err = Terminated(log.terminated_by)
+    if isinstance(err, WorkerDied):
+        what, where, code = str(err), None, EXIT_FAILED
+    elif isinstance(err, Terminated):
+        what, where, code = f"interrupted: {err}", None, 128 + err.signum
+    elif isinstance(err, KeyboardInterrupt):
+        what, where, code = "interrupted (Ctrl-C)", None, 130
+    else:
+        cause = root_cause(err, log.thread_errors)
+        what, where, code = cause.line, cause.where(), EXIT_FAILED
+    block = failure_block(args.command, what, _failure_state(args), code, where, log.path)
+    log.record(block)
+    if not log.verbose:
+        print(block, file=log.terminal, flush=True)
+    return code
 
 
 if __name__ == "__main__":

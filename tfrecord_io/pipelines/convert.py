@@ -46,6 +46,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from tfrecord_io.errors import StorageAccessError
 from tfrecord_io.pipelines.runtime.errors import UsageError
 
 SPLIT_COLUMN = "split"
@@ -560,6 +561,8 @@ def _parquet_inputs(paths: List[str]) -> Tuple[List[str], Any]:
         try:
             with files.open_raw(path, "rb") as f:
                 this = pq.read_schema(f)
+        except StorageAccessError:  # credentials or permissions: fails the job, naming what to set
+            raise
         except Exception as err:  # noqa: BLE001 - any failure to read a footer is bad input
             raise ConvertError(f"{path}: not a readable Parquet file ({err})") from None
         if schema is None:

@@ -66,7 +66,7 @@ import numpy as np
 from tfrecord_io import files
 from tfrecord_io.codec import Example
 from tfrecord_io.crc import crc32c
-from tfrecord_io.errors import TFRecordError
+from tfrecord_io.errors import StorageAccessError, TFRecordError
 from tfrecord_io.framing import encode_frame
 from tfrecord_io.index import RecordIndex, build_index, find_index, load_index
 from tfrecord_io.pipelines.runtime.collect import ResultDir
@@ -275,6 +275,8 @@ def usable_index(path: str) -> Optional[RecordIndex]:
     try:
         index = load_index(index_path)
         size = files.file_size(path)
+    except StorageAccessError:
+        raise
     except (TFRecordError, OSError):
         return None
     return index if index.matches(size) else None

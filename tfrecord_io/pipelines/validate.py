@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import apache_beam as beam
 
 from tfrecord_io import files
+from tfrecord_io.errors import StorageAccessError
 from tfrecord_io.pipelines.runtime import dataset_dir
 from tfrecord_io.pipelines.runtime.collect import ResultDir
 from tfrecord_io.pipelines.runtime.inputs import dataset_target, expand_patterns, no_input_error
@@ -34,6 +35,8 @@ def _unlisted_files(version_dir: str, listed: List[str]) -> List[str]:
 def _checksum(path: str) -> Dict[str, Any]:
     try:
         return {"path": path, "sha256": dataset_dir.sha256_file(path)}
+    except StorageAccessError:  # credentials or permissions: fails the job, naming what to set
+        raise
     except Exception as err:  # noqa: BLE001 - reported as a problem of this file
         return {"path": path, "sha256": None, "error": getattr(err, "strerror", None) or str(err).splitlines()[0]}
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from tfrecord_io import files
 from tfrecord_io.codec import _fast_columns
+from tfrecord_io.errors import StorageUnavailableError
 from tfrecord_io.framing import CorruptRegion
 from tfrecord_io.proto.example_pb2 import Example, SequenceExample
 from tfrecord_io.reader import read_records
@@ -154,6 +155,8 @@ def read_range(
                 yield ("corrupt", path, data.start, data.end, data.reason)
             else:
                 yield ("record", path, offset, len(data), check_record(data, specs) if specs else [])
+    except StorageUnavailableError:  # the store, not the file: the job fails naming it
+        raise
     except Exception as err:  # noqa: BLE001 - a read that fails is a finding, not a crash
         yield (
             "error",

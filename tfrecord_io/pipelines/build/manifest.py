@@ -26,6 +26,7 @@ from typing import Any, BinaryIO, Dict, Iterable, Iterator, List, NamedTuple, Op
 import apache_beam as beam
 
 from tfrecord_io import files
+from tfrecord_io.errors import StorageAccessError
 from tfrecord_io.pipelines.build.rows import pack, unpack
 from tfrecord_io.pipelines.runtime.errors import UsageError
 
@@ -58,6 +59,8 @@ def check_manifest(path: str, fmt: str, needed: Iterable[str]) -> None:
         with files.open_raw(path, "rb") as f:
             head = f.read(1 << 16)
     except InputError:
+        raise
+    except StorageAccessError:  # credentials or permissions: fails the job, naming what to set
         raise
     except Exception as err:  # noqa: BLE001 - unreachable store, no permission ...
         raise InputError(f"manifest {path}: cannot read it ({str(err).splitlines()[0] if str(err) else err})") from None
@@ -463,7 +466,12 @@ def check_directory(root: str, pattern: str = "*") -> None:
     if not files.is_remote(root) and not os.path.isdir(root):
         raise InputError(f"input directory {root} does not exist")
     try:
-        found = FileSystems.match([directory_pattern(root, pattern)], limits=[1])[0].metadata_list
+        with files.refusals(root):
+            found = FileSystems.match([directory_pattern(root, pattern)], limits=[1])[0].metadata_list
+        if not found:
+            files.check_bucket(root)
+    except StorageAccessError:  # credentials or permissions: fails the job, naming what to set
+        raise
     except Exception as err:  # noqa: BLE001 - unreachable store, no permission ...
         raise InputError(f"input directory {root}: cannot list it ({str(err).splitlines()[0]})") from None
     if not found:
@@ -522,12 +530,10 @@ class _ListFiles(beam.DoFn):
         self._batch = batch_rows
 
     def process(self, within: str):
-        FileSystems = files.beam_filesystems()
-
         # "*" in the folder's place only for an object store; a local label is a name,
         # its glob characters escaped as one-character classes
         folder = within if within == "*" else "".join("[" + c + "]" if c in "*?[" else c for c in within)
-        result = FileSystems.match([directory_pattern(self._root, self._pattern, folder)])[0]
+        result = files.match([directory_pattern(self._root, self._pattern, folder)])[0]
         rows = listing_rows(self._root, sorted(result.metadata_list, key=lambda m: m.path), *self._columns)
         for number, batch in enumerate(_batches(rows, self._batch)):
             yield f"{within}#{number}", pack(batch)

@@ -67,6 +67,7 @@ from tfrecord_io.datasets import (  # also re-exported for the jobs
     read_latest,
     resolve_version_dir,
 )
+from tfrecord_io.errors import StorageAccessError
 from tfrecord_io.path_specs import has_glob
 from tfrecord_io.pipelines.runtime.errors import UsageError
 from tfrecord_io.tfds_info import write_tfds_files
@@ -152,6 +153,8 @@ def check_reachable(out_dir: str) -> None:
     try:
         with _BeamLogsMuted():
             files.glob(out_dir.rstrip("/") + "/*")
+    except StorageAccessError:  # credentials or permissions: fails the job, naming what to set
+        raise
     except Exception as err:  # noqa: BLE001 - any listing failure means "cannot use this output"
         raise DatasetDirError(f"output {out_dir}: cannot list it ({_first_line(err)})") from None
 
@@ -501,6 +504,8 @@ def find_dataset(paths: List[str]) -> Tuple[Optional[str], Optional[Dict[str, An
         version_dir = resolve_version_dir(paths[0])
     except DatasetLayoutError:
         return None, None
+    except StorageAccessError:  # credentials or permissions: fails the job, naming what to set
+        raise
     except Exception as err:  # noqa: BLE001 - unreachable bucket, no permission ...
         raise DatasetDirError(f"{paths[0]}: cannot read it ({_first_line(err)})") from None
     return version_dir, load_info(version_dir)

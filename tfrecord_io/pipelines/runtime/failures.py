@@ -48,6 +48,9 @@ EXIT_MEANINGS = {
     EXIT_FAILED: "the job failed",
     EXIT_USAGE: "bad usage or input; nothing was written",
 }
+# exit 2 for a store that refused this job (credentials, permissions, no such bucket):
+# what to change is the job's settings, as for a usage error, but the job may have begun
+ACCESS_MEANING = "the store refused access: set what the message says and run again"
 
 # "module.Name: message" lines of a formatted traceback
 _EXCEPTION_LINE = re.compile(
@@ -59,7 +62,7 @@ _OUR_PACKAGES = ("tfrecord_io",)
 # Errors whose message names the file (and offset) at fault: preferred as the root.
 _TELLING = re.compile(
     r"(^|\.)(CorruptRecordError|TruncatedRecordError|RecordTooLargeError|IndexFileError|ExampleCodecError|"
-    r"TFRecordError|EncodeError|UsageError|ConfigError|InputError|DatasetDirError|ReportError|RunnerSetupError|"
+    r"TFRecordError|StorageAccessError|StorageUnavailableError|EncodeError|UsageError|ConfigError|InputError|DatasetDirError|ReportError|RunnerSetupError|"
     r"ArgumentError|NoInputError|MissingDependencyError|OSError|IOError|FileNotFoundError|"
     r"PermissionError|IsADirectoryError|NotADirectoryError|FileExistsError|MemoryError)$"
 )
@@ -218,6 +221,33 @@ def _root_cause(exc: BaseException) -> RootCause:
     return RootCause(f"{type(inner).__name__}: {message}" if message else type(inner).__name__, step, frame)
 
 
+def access_refused(exc: BaseException, thread_errors: Sequence[BaseException] = ()) -> Optional[RootCause]:
+    """The :class:`~tfrecord_io.errors.StorageAccessError` that ended the job, if one
+    did: in the exception chain (the launcher, in-process runners) or as a line of the
+    traceback text a portable runner sent back from a worker. The CLI exits 2 with it."""
+    from tfrecord_io.errors import StorageAccessError
+
+    for err in (exc, *thread_errors):
+        for e in _chain(err):
+            if isinstance(e, StorageAccessError):
+                frame = _our_frame("".join(traceback.format_tb(e.__traceback__)))
+                if frame and frame.startswith("tfrecord_io/storage_retry.py"):
+                    frame = None  # raised from Beam's retry announcement: says nothing of the job
+                step = _STEP.search(str(e))  # in-process runners append the step to the message
+                return RootCause(
+                    f"StorageAccessError: {_STEP.sub('', str(e)).strip()}", step.group("step") if step else None, frame
+                )
+        for e in _chain(err):
+            for m in _EXCEPTION_LINE.finditer(str(e)):
+                if _short_name(m.group("name")) == "StorageAccessError":
+                    step = _STEP.search(str(e))
+                    return RootCause(
+                        f"StorageAccessError: {_STEP.sub('', m.group('message')).strip()}",
+                        step.group("step") if step else None,
+                    )
+    return None
+
+
 def failure_block(
     command: str,
     what: str,
@@ -225,8 +255,10 @@ def failure_block(
     exit_code: int,
     where: Optional[str] = None,
     log_path: Optional[str] = None,
+    meaning: Optional[str] = None,
 ) -> str:
-    """The short block a failed command ends with (see the module docstring)."""
+    """The short block a failed command ends with (see the module docstring).
+    ``meaning``: what the exit code means here, if not its usual meaning."""
     lines = [f"tfrecord-io {command} failed: {what}"]
     if where:
         lines.append(f"  where: {where}")
@@ -234,7 +266,7 @@ def failure_block(
         lines.append(f"  {'state:' if i == 0 else '      '} {item}")
     if log_path:
         lines.append(f"  log:   {log_path} (full tracebacks; --verbose prints them here too)")
-    lines.append(f"  exit:  {exit_code} ({EXIT_MEANINGS.get(exit_code, 'stopped by a signal')})")
+    lines.append(f"  exit:  {exit_code} ({meaning or EXIT_MEANINGS.get(exit_code, 'stopped by a signal')})")
     return "\n".join(lines)
 
 

@@ -1,0 +1,114 @@
+"""Which client errors are a refusal (``tfrecord_io.storage_errors``): the exception
+classes botocore, Beam and Azure's SDK raise, made as those libraries make them, each
+mapped to StorageAccessError with the hint for its store, and the errors that are not a
+refusal (a missing object, an outage, throttling) left alone. The servers behind these
+errors are exercised in tests/test_storage_access.py (versitygw) and tests/test_azure.py
+(Azurite); this covers the codes a test server does not send (expired tokens, 401...)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+
+from tfrecord_io import storage_errors
+from tfrecord_io.errors import StorageAccessError, StorageUnavailableError
+
+URL = "s3://bucket-a/data/part-0.tfrecord"
+
+
+def _client_error(code: str, status: int, operation: str = "GetObject") -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": "refused"}, "ResponseMetadata": {"HTTPStatusCode": status}}, operation
+    )
+
+
+@pytest.mark.parametrize(
+    "error, kind",
+    [
+        (NoCredentialsError(), "no credentials for the store"),
+        (_client_error("SignatureDoesNotMatch", 403), "the store refused the credentials"),
+        (_client_error("InvalidAccessKeyId", 403), "the store refused the credentials"),
+        (_client_error("ExpiredToken", 400), "the store refused the credentials"),
+        (_client_error("AccessDenied", 403), "access denied"),
+        (_client_error("NoSuchBucket", 404, "ListObjectsV2"), "no such bucket"),
+        (_client_error("404", 404, "HeadBucket"), "no such bucket"),
+        (_client_error("403", 403, "HeadObject"), "the store refused access (HTTP 403"),
+        (_client_error("Unauthorized", 401), "the store refused the credentials"),
+    ],
+)
+def test_botocore_refusals_are_storage_access_errors(error, kind):
+    found = storage_errors.access_error(error, URL)
+    assert isinstance(found, StorageAccessError) and isinstance(found, StorageUnavailableError)
+    assert kind in str(found) and str(found).startswith(URL + ":")
+    assert "AWS_ACCESS_KEY_ID" in found.hint or "bucket name 'bucket-a'" in found.hint
+    again = pickle.loads(pickle.dumps(found))  # crosses Beam's and DataLoader's process boundaries whole
+    assert str(again) == str(found) and again.hint == found.hint
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        _client_error("NoSuchKey", 404),
+        _client_error("404", 404, "HeadObject"),
+        _client_error("SlowDown", 503),
+        _client_error("InternalError", 500),
+        _client_error("PreconditionFailed", 412),
+        EndpointConnectionError(endpoint_url="http://127.0.0.1:1"),
+        TimeoutError("timed out"),
+        FileNotFoundError("no such file"),
+    ],
+)
+def test_other_failures_are_not_refusals(error):
+    """A missing object, an outage, throttling: for the caller's own handling (the
+    storage timeout, FileNotFoundError), never a StorageAccessError."""
+    assert storage_errors.access_error(error, URL) is None
+
+
+def test_beams_wrapped_errors_are_recognised_through_their_chain():
+    """Beam's S3 client keeps only the message and the status of botocore's error
+    (``S3ClientError``), and its FileSystems wraps per-path errors in ``BeamIOError``."""
+    from apache_beam.io.aws.clients.s3.messages import S3ClientError
+    from apache_beam.io.filesystem import BeamIOError
+
+    missing = S3ClientError("Unable to locate credentials", None)
+    assert "no credentials" in str(storage_errors.access_error(missing, URL))
+    listed = S3ClientError(
+        "An error occurred (AccessDenied) when calling the ListObjectsV2 operation: Access Denied.", 403
+    )
+    wrapped = BeamIOError("Match operation failed", {URL: BeamIOError("List operation failed", {URL: listed})})
+    found = storage_errors.access_error(wrapped, URL)
+    # the innermost error's words, not the wrapper's
+    assert found is not None and "access denied" in str(found) and "Match operation" not in str(found)
+
+
+def test_azure_sdk_refusals():
+    from azure.core.exceptions import ClientAuthenticationError, ResourceNotFoundError
+
+    path = "azfs://account1/cont-a/ds/x.tfrecord"
+    auth = ClientAuthenticationError(message="Server failed to authenticate the request.")
+    auth.error_code = "AuthenticationFailed"
+    found = storage_errors.access_error(auth, path)
+    assert found is not None and "refused the credentials" in str(found) and "--azure_connection_string" in found.hint
+    gone = ResourceNotFoundError(message="The specified container does not exist.\nErrorCode:ContainerNotFound")
+    found = storage_errors.access_error(gone, path)
+    assert found is not None and "no such container" in str(found) and "container name 'cont-a'" in found.hint
+    blob = ResourceNotFoundError(message="The specified blob does not exist.\nErrorCode:BlobNotFound")
+    assert storage_errors.access_error(blob, path) is None
+
+
+def test_http_statuses_of_a_hand_made_request():
+    body = "<Error><Code>SignatureDoesNotMatch</Code></Error>"
+    found = storage_errors.access_error_from_status(403, body, URL, 4096)
+    assert found is not None and found.offset == 4096 and "refused the credentials" in str(found)
+    assert storage_errors.access_error_from_status(503, "<Code>SlowDown</Code>", URL) is None
+    assert storage_errors.access_error_from_status(412, "", URL) is None
+
+
+def test_an_existing_storage_access_error_is_kept():
+    first = storage_errors.no_such_bucket(URL)
+    try:
+        raise RuntimeError("wrapped") from first
+    except RuntimeError as err:
+        assert storage_errors.access_error(err, "s3://other/x") is first
