@@ -154,6 +154,9 @@ def _storage_error(err: Exception) -> Exception:
     for detail in (getattr(err, "exception_details", None) or {}).values():
         if isinstance(detail, StorageUnavailableError):
             return detail
+        inner = _storage_error(detail) if isinstance(detail, Exception) else detail
+        if isinstance(inner, StorageUnavailableError):  # a match's error wraps its listing's
+            return inner
     return err
 
 
