@@ -21,6 +21,7 @@ import pytest
 import yaml
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that
 
 import tfrecord_io
 from tfrecord_io import datasets, files, gcs_clients
@@ -224,9 +225,9 @@ def test_two_runs_claiming_one_gcs_version_at_once_only_one_wins(gcs_fs, gcs_buc
 def test_gcs_folder_build_and_every_job_kill_and_retry(gcs_fs, gcs_bucket, images, tmp_path):
     """An image folder on gs:// built into gs:// by the CLI on two worker processes:
     the local folder's shards byte for byte, then validate / inspect / index / report /
-    reshard / convert on gs://; a second build racing for the same version is refused;
-    a killed build leaves ``LATEST`` and nothing a reader takes for whole; its retry
-    with the same version builds."""
+    reshard / convert on gs://; a killed build leaves ``LATEST`` and nothing a reader
+    takes for whole; its retry with the same version builds. (Two runs racing for one
+    version: test_two_runs_claiming_one_gcs_version_at_once_only_one_wins.)"""
     gcs = gcs_fs
     root = gcs_bucket + "/ds"
     flags = ["--no-progress", *TWO_WORKERS]
@@ -281,14 +282,7 @@ def test_gcs_folder_build_and_every_job_kill_and_retry(gcs_fs, gcs_bucket, image
     assert datasets.load_info(root + "/v2") is None
     with pytest.raises(datasets.DatasetLayoutError):
         datasets.resolve_version_dir(root, "v2")
-    # A second build of v2 while the killed one's claim is fresh is refused (it may be alive).
-    racing = run_cli("build", config, "--version", "v2", *flags)
-    assert racing.returncode != 0 and "being built by another run" in racing.stderr, racing.stderr
-
-    # The scheduler's retry (the killed run's claim has gone stale) removes its leftovers and builds.
-    marker = dataset_dir.read_marker(root + "/v2")
-    assert marker
-    files.write_bytes(root + "/v2/_BUILDING", json.dumps(dict(marker, heartbeat=0, pid=None, host="gone")).encode())
+    # The scheduler's retry with the same version removes the leftovers and builds.
     retry = run_cli("build", config, "--version", "v2", *flags)
     assert retry.returncode == 0, retry.stderr
     assert datasets.read_latest(root) == "v2" and _shards(root + "/v2") == want
@@ -298,15 +292,34 @@ def test_gcs_folder_build_and_every_job_kill_and_retry(gcs_fs, gcs_bucket, image
 
 
 def test_build_dataset_in_a_user_pipeline_writes_to_gcs(gcs_fs, gcs_bucket, images, tmp_path):
-    from tfrecord_io.pipelines.build.config import load_config
-
+    """``beam.Create(rows) | BuildDataset(config)``: rows naming images on gs://, the
+    version published on gs://, and the transform's output its info."""
+    rows = [
+        {"path": f"{gcs_bucket}/images/{label}/{name}", "label": label}
+        for label in LABELS
+        for name in sorted(os.listdir(os.path.join(images, label)))
+    ]
+    raw = {
+        "name": "pets",
+        "columns": {
+            "image": {"encoder": "image", "column": "path"},
+            "label": {"encoder": "label", "vocabulary": list(LABELS)},
+        },
+        "splits": {"train": 1.0},
+        "sharding": {"num_shards": 2},
+    }
     out = gcs_bucket + "/ptransform"
-    config = load_config(_config(tmp_path / "p.yaml", gcs_bucket + "/images", out), [])
+    build = tfrecord_io.BuildDataset(raw, output_dir=out, version="v1")
     with beam.Pipeline(options=PipelineOptions(IN_PROCESS)) as p:
-        _ = p | tfrecord_io.BuildDataset(config)
-    info = datasets.load_info(out + "/v1")
-    assert info["records"] == 36 and info["rejected"] == 1
+        info = p | beam.Create(rows) | build
+
+        def check(infos):
+            assert len(infos) == 1 and (infos[0]["records"], infos[0]["rejected"]) == (36, 1)
+
+        assert_that(info, check)
     assert datasets.read_latest(out) == "v1"
+    assert datasets.load_info(out + "/v1")["records"] == 36
+    assert b"broken.jpg" in files.read_bytes(out + "/v1/rejected-00000-of-00001.jsonl")
 
 
 @pytest.fixture
@@ -349,7 +362,10 @@ def test_torch_from_dataset_on_gcs_reads_global_shuffle_and_resumes(built):
 
 
 def test_an_object_replaced_while_read_is_an_error_naming_it(built, gcs_fs):
-    """A shard replaced (new generation, same size) after the reader described it."""
+    """A shard replaced by other bytes of the same size (a new generation) while an
+    epoch reads: the reader fails naming the object. (What this catches on gs:// today is
+    the records' CRCs; a replacement with other *valid* records of the same size is not
+    detected on gs:// until reads are pinned to the object's generation.)"""
     pytest.importorskip("torch")
     from tfrecord_io.torch import from_dataset
 
