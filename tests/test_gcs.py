@@ -167,7 +167,7 @@ def test_missing_credentials_are_an_error_at_once_saying_what_to_set(tmp_path):
     what to set."""
     env = _no_credentials_env(tmp_path)
     found, seconds = _first_request("gs://some-bucket/data/*", env)
-    assert found.startswith("StorageAccessError"), found
+    assert found.startswith(StorageAccessError.__name__), found
     assert "gs://" in found and "GOOGLE_APPLICATION_CREDENTIALS" in found and "gcloud auth" in found
     assert "--no_auth" in found
     assert seconds < 10.0, seconds
