@@ -48,9 +48,10 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS)
 PICKLERS = ("default", "dill", "cloudpickle")
 
-# The S3 server fixtures (``s3_server``, ``s3_bucket``): a real versitygw on 127.0.0.1.
-# The Azure fixtures (``azurite``, ``az_container``): Azurite's Blob service on 127.0.0.1.
-pytest_plugins = ["s3support", "azure_support"]
+# The S3 server fixtures (``s3_server``, ``s3_bucket``): a real versitygw on 127.0.0.1;
+# the GCS ones (``gcs_server``, ``gcs_bucket``): fake-gcs-server on 127.0.0.1;
+# the Azure ones (``azurite``, ``az_container``): Azurite's Blob service on 127.0.0.1.
+pytest_plugins = ["s3support", "gcs_support", "azure_support"]
 
 # A test module that builds Beam pipelines in the test process (directly or through the
 # project's job functions) calls one of these.
@@ -172,7 +173,7 @@ def pytest_report_header(config):
 
 def pytest_collection_modifyitems(config, items):
     """Mark the tests of every module that builds pipelines (``-m beam`` selects them) and
-    every test that uses the S3 server (``s3``); with ``--beam-only-recorded``, keep only
+    every test that uses the S3 server (``s3``) or the GCS emulator (``gcs``); with ``--beam-only-recorded``, keep only
     the recorded tests."""
     builds: Dict[str, bool] = {}
     for item in items:
@@ -187,6 +188,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.s3)
         if "azurite" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.azure)
+        if "gcs_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.gcs)  # likewise for the GCS emulator (-m "not gcs")
     recorded_path = config.getoption("--beam-only-recorded")
     if recorded_path:
         if not os.path.exists(recorded_path):

@@ -73,7 +73,7 @@ def beam_filesystems():
         raise TFRecordError(
             "remote paths need Apache Beam's FileSystems: pip install apache-beam[gcp|aws|...]"
         ) from err
-    from . import s3_clients, storage_retry
+    from . import gcs_clients, s3_clients, storage_retry
 
     # Beam retries a failing store for up to ~10 minutes per request, silently: bound
     # it and report it (see tfrecord_io/storage_retry.py).
@@ -81,6 +81,10 @@ def beam_filesystems():
     # Beam's S3 filesystem makes a new boto3 session and client per call: one per
     # process instead (see tfrecord_io/s3_clients.py).
     s3_clients.install()
+    # Beam's GCS filesystem probes for Google credentials for ~40 s in every process
+    # before its first request, even against an emulator: anonymous when asked, missing
+    # credentials an error at once (see tfrecord_io/gcs_clients.py).
+    gcs_clients.install()
     return FileSystems
 
 
@@ -206,13 +210,16 @@ class _EmptySafeWriter(io.RawIOBase):
 def _storage_error(err: Exception, path: str = "") -> Exception:
     """The :class:`~tfrecord_io.errors.StorageUnavailableError` (or its
     :class:`~tfrecord_io.errors.StorageAccessError`) inside a ``BeamIOError`` (Beam's
-    FileSystems wraps each path's error), or the refusal one of its errors amounts to,
-    else ``err``: a job stopped by an unreachable or refusing store says so first, not
-    "exists() operation failed"."""
+    FileSystems wraps each path's error, and a match's error wraps its listing's), or the
+    refusal one of its errors amounts to, else ``err``: a job stopped by an unreachable or
+    refusing store says so first, not "exists() operation failed"."""
     details = getattr(err, "exception_details", None) or {}
     for detail in details.values():
         if isinstance(detail, StorageUnavailableError):
             return detail
+        inner = _storage_error(detail, path) if isinstance(detail, Exception) else detail
+        if isinstance(inner, StorageUnavailableError):
+            return inner
     for where, detail in details.items():
         if isinstance(detail, BaseException):
             refused = storage_errors.access_error(detail, str(where) if "://" in str(where) else path)
@@ -409,15 +416,45 @@ def put_if_absent(path: str, data: bytes) -> Optional[bool]:
     no promise (None). A store or client that cannot send the condition (an older
     botocore, a server answering 501 Not Implemented) gets a plain write (None). Any
     other failure of the conditional PUT is raised: a plain write after it could
-    replace what another writer has just created with the store's promise. Other
-    schemes: a plain write (None). Local paths: use ``os.open`` with ``O_EXCL``."""
+    replace what another writer has just created with the store's promise.
+
+    For ``gs://``: an upload with ``if_generation_match=0`` (GCS's precondition "no live
+    object of this name") through google-cloud-storage with the client Beam's GCS
+    filesystem makes for the current options (its credentials: ``gcs_clients``); the
+    library retries it as a conditional request. Refused (412): False. Other schemes: a
+    plain write (None). Local paths: use ``os.open`` with ``O_EXCL``."""
     if path.startswith("s3://"):
         with refusals(path):
             created = _s3_put_if_absent(path, data)
         if created is not None:
             return created
+    if path.startswith("gs://"):
+        created = _gcs_put_if_absent(path, data)
+        if created is not None:
+            return created
     write_bytes(path, data)
     return None
+
+
+def _gcs_put_if_absent(path: str, data: bytes) -> Optional[bool]:
+    """:func:`put_if_absent` for ``gs://``; None when Beam lacks the internals used here
+    (the caller writes plainly and reads back)."""
+    try:
+        from apache_beam.io.gcp import gcsio
+        from apache_beam.options.pipeline_options import PipelineOptions
+        from google.api_core.exceptions import PreconditionFailed
+
+        options = beam_filesystems().get_filesystem(path)._pipeline_options or PipelineOptions([])
+        bucket, name = gcsio.parse_gcs_path(path)
+        make_client = gcsio.create_storage_client
+    except (ImportError, AttributeError):
+        return None
+    blob = make_client(options).bucket(bucket).blob(name)
+    try:
+        blob.upload_from_string(data, content_type="application/octet-stream", if_generation_match=0)
+    except PreconditionFailed:
+        return False
+    return True
 
 
 _S3_EXISTS = ("PreconditionFailed", "412")
