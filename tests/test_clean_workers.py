@@ -37,6 +37,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "scripts", "cluster")
 CONFIG = os.path.join(REPO, "configs", "flink-cluster-clean.yaml")
 WORKER_REQUIREMENTS = os.path.join("constraints", "workers-media.txt")
+# What README "Running on Dataflow" tells users to pass (tests/test_dataflow_docs.py checks it).
+SETUP_FILE_STAGING = ["--setup_file=./setup.py"]
+REQUIREMENTS_STAGING = [f"--requirements_file={WORKER_REQUIREMENTS}", "--requirements_cache=skip"]
 DEMO_ROWS = 8
 JOB_TIMEOUT_S = 600
 
@@ -109,13 +112,14 @@ def staged_job(cluster, s3_server, bucket: str, staging: List[str], *args: str) 
         *s3_server.pipeline_args(),
         f"--temp_location={bucket}/tmp",
         *staging,
-        f"--requirements_file={WORKER_REQUIREMENTS}",
-        "--requirements_cache=skip",
+        *REQUIREMENTS_STAGING,
         cwd=REPO,
         env=launcher_env(cluster),
         timeout=JOB_TIMEOUT_S,
     )
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n--- TaskManager log:\n{taskmanager_log(cluster)[-6000:]}"
+    assert done.returncode == 0, (
+        f"{done.stdout}\n{done.stderr}\n--- TaskManager log:\n{taskmanager_log(cluster)[-6000:]}"
+    )
     return done
 
 
@@ -152,7 +156,7 @@ def assert_installed_from_the_stage(run, core: str) -> None:
 def test_setup_file_sdist_builds_with_the_c_core_on_the_workers(clean_cluster, s3_server, s3_demo):
     """--setup_file ./setup.py: the boot pip-installs the sdist Beam built from this
     checkout; the worker has a compiler and Python's headers, so the C core compiles there."""
-    run = build_and_validate(clean_cluster, s3_server, s3_demo, "from-sdist", ["--setup_file=./setup.py"])
+    run = build_and_validate(clean_cluster, s3_server, s3_demo, "from-sdist", SETUP_FILE_STAGING)
     assert "Found artifact: workflow.tar.gz" in run["log"]
     assert_installed_from_the_stage(run, worker_core.C_CORE)
 
@@ -181,3 +185,105 @@ def test_extra_package_wheel_without_the_c_core_runs_pure_python(clean_cluster, 
     run = build_and_validate(clean_cluster, s3_server, s3_demo, "from-wheel", [f"--extra_package={pure_wheel}"])
     assert "Installing extra package: " + os.path.basename(pure_wheel) in run["log"]
     assert_installed_from_the_stage(run, worker_core.PURE_PYTHON)
+
+
+CHECK_INSTALLED = r"""
+import json, os, sys
+import apache_beam, tfrecord_io, tfrecord_io.framing, tfrecord_io.pipelines.cli, tfrecord_io.transforms
+out = {"file": tfrecord_io.__file__, "speedups": tfrecord_io.framing.HAVE_SPEEDUPS, "beam": apache_beam.__version__}
+if sys.argv[1] == "media":
+    import boto3, librosa, PIL, soundfile
+    out["media"] = [PIL.__version__, librosa.__version__, soundfile.__version__, boto3.__version__]
+print(json.dumps(out))
+"""
+
+
+def venv_of_the_workers_python(folder: str, where: str) -> str:
+    """A venv made the way Beam's boot makes the workers' (``--system-site-packages``,
+    from the clean Python); its python."""
+    subprocess.run(
+        [os.path.join(folder, "python", "bin", "python"), "-m", "venv", "--system-site-packages", where],
+        check=True,
+        timeout=120,
+    )
+    return os.path.join(where, "bin", "python")
+
+
+def pip_install(python: str, *what: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIP_CONSTRAINT", "VIRTUAL_ENV")}
+    done = subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *what],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=os.path.dirname(python),
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def installed(python: str, media: bool) -> Dict[str, object]:
+    done = subprocess.run(
+        [python, "-c", CHECK_INSTALLED, "media" if media else "core"],
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(python),
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_the_sdist_and_the_wheel_install_in_a_venv_of_the_workers_python(tmp_path):
+    """What README "Running on Dataflow" stages, installed as the boot installs it: the
+    sdist Beam builds from ``--setup_file`` (its own Stager), with the worker
+    requirements, compiles the C core; the wheel installs too. Neither changes the
+    workers' apache-beam, and both are imported from the venv, not this checkout."""
+    from apache_beam.runners.portability.stager import Stager
+
+    folder = clean_workers_dir()
+    sdist_dir = tmp_path / "sdist"
+    sdist_dir.mkdir()
+    cwd = os.getcwd()
+    try:
+        sdist = Stager._build_setup_package(os.path.join(REPO, "setup.py"), str(sdist_dir), None)
+    finally:
+        os.chdir(cwd)  # the Stager changes directory while it builds
+    assert os.path.basename(sdist).startswith("tfrecord_io-") and sdist.endswith(".tar.gz"), sdist
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            REPO,
+        ],
+        check=True,
+        timeout=300,
+    )
+    (wheel,) = glob.glob(str(tmp_path / "dist" / "tfrecord_io-*.whl"))
+
+    python = venv_of_the_workers_python(folder, str(tmp_path / "venv-sdist"))
+    pip_install(python, sdist, "-r", os.path.join(REPO, WORKER_REQUIREMENTS))
+    got = installed(python, media=True)
+    assert got["file"].startswith(str(tmp_path / "venv-sdist")), got
+    assert got["speedups"] is True, "the C core did not compile from the sdist"
+    assert got["beam"] == pinned_beam()
+    pins = dict(
+        line.strip().split("==")
+        for line in open(os.path.join(REPO, WORKER_REQUIREMENTS))
+        if "==" in line and not line.startswith("#")
+    )
+    assert got["media"] == [pins["pillow"], pins["librosa"], pins["soundfile"], pins["boto3"]]
+
+    python = venv_of_the_workers_python(folder, str(tmp_path / "venv-wheel"))
+    pip_install(python, wheel)
+    got = installed(python, media=False)
+    assert got["file"].startswith(str(tmp_path / "venv-wheel")) and got["speedups"] is True, got
+    assert got["beam"] == pinned_beam()

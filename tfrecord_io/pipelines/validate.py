@@ -10,9 +10,8 @@ status is 1 when there is any.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
-
 import sys
+from typing import Any, Dict, List, Optional, Tuple
 
 import apache_beam as beam
 
