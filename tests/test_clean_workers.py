@@ -123,41 +123,30 @@ def staged_job(cluster, s3_server, bucket: str, staging: List[str], *args: str) 
     return done
 
 
-def worker_lines(log: str, since: int) -> List[str]:
-    """What the SDK workers said about the package they imported (NoteWorkerCore), after ``since``."""
-    return [line for line in log[since:].splitlines() if worker_core.LOG_PREFIX in line]
-
-
 def build_and_validate(cluster, s3_server, s3_demo, name: str, staging: List[str]) -> Dict[str, object]:
-    before = len(taskmanager_log(cluster))
     root = f"{s3_demo['bucket']}/{name}"
     build = staged_job(
         cluster, s3_server, s3_demo["bucket"], staging, "build", s3_demo["config"], "--output", root, "--version", "v1"
     )
     validate = staged_job(cluster, s3_server, s3_demo["bucket"], staging, "validate", f"{root}/v1")
-    log = taskmanager_log(cluster)
-    return {"build": build, "validate": validate, "log": log[before:], "workers": worker_lines(log, before)}
+    return {"build": build, "validate": validate}
 
 
 def assert_installed_from_the_stage(run, core: str) -> None:
-    expected = "workers: " + worker_core.describe(core)
+    """Each job says which core its workers ran and where they imported tfrecord_io from:
+    the venv the boot made and installed it in, never this checkout (which they see)."""
+    expected = f"workers: {worker_core.describe(core)}, tfrecord_io from /opt/apache/beam-venv/beam-venv-worker-"
     for job in ("build", "validate"):
-        assert expected in run[job].stderr.splitlines(), f"{job}: {run[job].stderr}"
-    # the workers imported tfrecord_io from the venv the boot made and installed it in,
-    # never from this checkout (which they could see on disk)
-    assert len(run["workers"]) == 2, run["workers"]
-    for line in run["workers"]:
-        assert "from /opt/apache/beam-venv/beam-venv-worker-" in line and "site-packages/tfrecord_io" in line, line
-        assert REPO not in line, line
-        assert worker_core.describe(core) in line, line
-    assert "rows in: " in run["build"].stdout and "rejected rows" in run["build"].stdout, run["build"].stdout
+        lines = [line for line in run[job].stderr.splitlines() if line.startswith("workers: ")]
+        assert len(lines) == 1 and lines[0].startswith(expected), f"{job}: {run[job].stderr}"
+        assert lines[0].endswith("/site-packages/tfrecord_io") and REPO not in lines[0], lines[0]
+    assert "rows in: " in run["build"].stdout, run["build"].stdout
 
 
 def test_setup_file_sdist_builds_with_the_c_core_on_the_workers(clean_cluster, s3_server, s3_demo):
     """--setup_file ./setup.py: the boot pip-installs the sdist Beam built from this
     checkout; the worker has a compiler and Python's headers, so the C core compiles there."""
     run = build_and_validate(clean_cluster, s3_server, s3_demo, "from-sdist", SETUP_FILE_STAGING)
-    assert "Found artifact: workflow.tar.gz" in run["log"]
     assert_installed_from_the_stage(run, worker_core.C_CORE)
 
 
@@ -183,7 +172,6 @@ def test_extra_package_wheel_without_the_c_core_runs_pure_python(clean_cluster, 
     """--extra_package dist/<wheel>: the boot installs the wheel (and its dependencies from
     PyPI); a wheel without the C core runs the pure-Python core, and the job says so."""
     run = build_and_validate(clean_cluster, s3_server, s3_demo, "from-wheel", [f"--extra_package={pure_wheel}"])
-    assert "Installing extra package: " + os.path.basename(pure_wheel) in run["log"]
     assert_installed_from_the_stage(run, worker_core.PURE_PYTHON)
 
 

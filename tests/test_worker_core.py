@@ -5,6 +5,8 @@ DirectRunner, in the test process (quick)."""
 
 from __future__ import annotations
 
+import os
+
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -23,9 +25,11 @@ def _run_note(monkeypatch, speedups: bool):
 
 
 def test_the_line_names_the_core_the_worker_had(monkeypatch):
-    assert _run_note(monkeypatch, True) == "workers: " + worker_core.describe(worker_core.C_CORE)
+    here = os.path.dirname(os.path.abspath(tfio.__file__))
+    line = _run_note(monkeypatch, True)
+    assert line == f"workers: {worker_core.describe(worker_core.C_CORE)}, tfrecord_io from {here}"
     line = _run_note(monkeypatch, False)
-    assert line == "workers: " + worker_core.describe(worker_core.PURE_PYTHON)
+    assert line == f"workers: {worker_core.describe(worker_core.PURE_PYTHON)}, tfrecord_io from {here}"
     assert "pure-Python core" in line
 
 
@@ -50,7 +54,6 @@ def test_validate_prints_the_workers_core_only_when_they_install_the_package(tmp
     # an image the DirectRunner does not use, but a job that names one says what its workers ran
     noted = run_cli("validate", path, "--no-progress", *IN_PROCESS, "--sdk_container_image=tfrecord-io:test")
     assert noted.returncode == 0, noted.stderr
-    expected = "workers: " + worker_core.describe(
-        worker_core.C_CORE if framing.HAVE_SPEEDUPS else worker_core.PURE_PYTHON
-    )
-    assert expected in noted.stderr.splitlines(), noted.stderr
+    core = worker_core.C_CORE if framing.HAVE_SPEEDUPS else worker_core.PURE_PYTHON
+    expected = f"workers: {worker_core.describe(core)}, tfrecord_io from "
+    assert any(line.startswith(expected) for line in noted.stderr.splitlines()), noted.stderr

@@ -25,6 +25,7 @@ NAMESPACE = "tfrecord_io.worker"
 C_CORE = "c"
 PURE_PYTHON = "pure-python"
 LOG_PREFIX = "tfrecord-io worker:"
+_SEP = "|"
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -52,7 +53,9 @@ def _note(_: Any) -> None:
     _LOGGER.warning(
         "%s tfrecord_io %s from %s, %s", LOG_PREFIX, found["version"], found["package"], describe(found["core"])
     )
-    Metrics.counter(NAMESPACE, found["core"]).inc()
+    # The counter's name carries the core and where the package was imported from, so
+    # the launcher can say both (a name is all a counter can carry back).
+    Metrics.counter(NAMESPACE, f"{found['core']}{_SEP}{found['package']}").inc()
 
 
 class NoteWorkerCore(beam.PTransform):
@@ -69,14 +72,17 @@ def core_line(result: Any) -> Optional[str]:
         counters = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]
     except Exception:  # noqa: BLE001 - metrics are optional: no line rather than a failed job
         return None
-    seen = {}
+    seen: Dict[str, set] = {}
     for counter in counters:
-        value = counter.committed if counter.committed is not None else counter.attempted
-        if value:
-            seen[counter.key.metric.name] = seen.get(counter.key.metric.name, 0) + value
+        if max(counter.committed or 0, counter.attempted or 0) <= 0:
+            continue
+        core, _, package = counter.key.metric.name.partition(_SEP)
+        seen.setdefault(core, set()).add(package)
     if not seen:
         return None
-    return "workers: " + "; ".join(describe(core) for core in sorted(seen))
+    return "workers: " + "; ".join(
+        f"{describe(core)}, tfrecord_io from {', '.join(sorted(seen[core]))}" for core in sorted(seen)
+    )
 
 
 #: Environment types whose workers do not run the launcher's Python environment.
