@@ -6,9 +6,10 @@ the worker image has a C compiler and the Python headers, else the package insta
 without it and the pure-Python core (same results, slower) is used. The launcher
 cannot know which from its own environment, so a job adds :class:`NoteWorkerCore`: one
 element on a worker that logs where ``tfrecord_io`` was imported from and which core it
-has (in the worker's log: the runner's logging service, the TaskManager log on Flink,
-Cloud Logging on Dataflow) and counts it in a Beam counter named for the core; after the
-run :func:`core_line` turns the counters into one line the CLI prints.
+has (in the worker's log, e.g. Cloud Logging on Dataflow) and counts it in a Beam counter
+whose name carries both (a counter comes back to the launcher on every runner that
+reports metrics; log lines may not); after the run :func:`core_line` turns the counters
+into one line the CLI prints.
 """
 
 from __future__ import annotations
