@@ -32,7 +32,7 @@ COPY configs ./configs
 
 # Exact versions of the pinned lane, so the image runs what CI tested; the image's
 # apache-beam is already the pinned version, so pip keeps it.
-RUN pip install -c constraints/pinned.txt ".[media,report]" \
+RUN pip install -c constraints/pinned.txt ".[media,aws,report]" \
     && python -c "import tfrecord_io, tfrecord_io.transforms, tfrecord_io.pipelines.cli; print('tfrecord-io', tfrecord_io.__version__)"
 
 # Keep Beam's SDK harness boot as the entry point (what runners start).

@@ -338,6 +338,13 @@ def test_dockerfile_is_well_formed_and_matches_the_beam_pin():
     assert base.value[0] == f"apache/beam_python3.11_sdk:{pin}"
     installs = [" ".join(r.value) for r in by_cmd["RUN"] if "pip install" in " ".join(r.value)]
     assert installs and all("-c constraints/pinned.txt" in r for r in installs), installs
+    # As the SDK image for Dataflow (--sdk_container_image) the image must carry what the
+    # jobs' workers import that Beam's image lacks (README "Running on Dataflow"): the
+    # encoders' media libraries and boto3 for s3://, and a C compiler for the C core.
+    extras = {e for r in installs for group in re.findall(r'"\.\[([a-z,]+)\]"', r) for e in group.split(",")}
+    assert {"media", "aws"} <= extras, installs
+    apt = " ".join(" ".join(r.value) for r in by_cmd["RUN"] if "apt-get install" in " ".join(r.value))
+    assert all(package in apt.split() for package in ("gcc", "libc6-dev", "libsndfile1")), apt
     for copy in by_cmd["COPY"]:
         for src in copy.value[:-1]:
             assert os.path.exists(os.path.join(REPO, src)), f"COPY source {src} does not exist"

@@ -10,13 +10,14 @@ status is 1 when there is any.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 import apache_beam as beam
 
 from tfrecord_io import files
 from tfrecord_io.errors import StorageAccessError
-from tfrecord_io.pipelines.runtime import dataset_dir
+from tfrecord_io.pipelines.runtime import dataset_dir, worker_core
 from tfrecord_io.pipelines.runtime.collect import ResultDir
 from tfrecord_io.pipelines.runtime.inputs import dataset_target, expand_patterns, no_input_error
 from tfrecord_io.pipelines.runtime.progress import CountProgress, ProgressPrinter
@@ -130,6 +131,12 @@ def _run_pipeline(
                     | "Checksum" >> beam.Map(lambda path: {"checksum": _checksum(path)})
                 )
             tagged | "All" >> beam.Flatten() | "Collect" >> results.sink()
+            noted = worker_core.workers_install_the_package(options)
+            if noted:
+                _ = p | "WorkerCore" >> worker_core.NoteWorkerCore()
+        line = worker_core.core_line(p.result) if noted else None
+        if line:
+            print(line, file=sys.stderr)
     for item in results.read():
         if "report" in item:
             report = item["report"]

@@ -40,6 +40,7 @@ and exits 0 without rewriting; with another fingerprint it is refused (exit 2).
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -53,7 +54,7 @@ from tfrecord_io.pipelines.build.commit import REJECTED_NAME
 from tfrecord_io.pipelines.build.spec import BuildSpec
 from tfrecord_io.pipelines.build.transform import BuildDataset
 from tfrecord_io.pipelines.build.write import dataset_shard_name  # noqa: F401 - re-exported for the jobs
-from tfrecord_io.pipelines.runtime import dataset_dir
+from tfrecord_io.pipelines.runtime import dataset_dir, worker_core
 from tfrecord_io.pipelines.runtime.progress import ProgressPrinter
 
 TOOL_VERSION = __version__
@@ -270,8 +271,14 @@ def _run_pipeline(cfg: Dict[str, Any], version: str, run_id: str, options, progr
             "build", enabled=progress, rate_stage="encoded", options=options, output_dir=cfg["output"]["dir"]
         )
         with bar:
+            noted = worker_core.workers_install_the_package(run_options)
             with beam.Pipeline(runner=runner, options=run_options) as p:
                 build_pipeline(p, cfg, version, run_id, bar.dir)
+                if noted:
+                    _ = p | "WorkerCore" >> worker_core.NoteWorkerCore()
+        line = worker_core.core_line(p.result) if noted else None
+        if line:
+            print(line, file=sys.stderr)
     except BaseException:
         if workers is not None:
             workers.close(kill=True)  # gone before run_build removes the version
