@@ -163,11 +163,15 @@ def build_parser() -> argparse.ArgumentParser:
     from tfrecord_io.pipelines.convert import add_parser as add_convert  # light: the job imports Beam when it runs
 
     add_convert(sub, _common, EPILOG)
+    from tfrecord_io.pipelines.lookup import add_parser as add_lookup
+
+    add_lookup(sub, _common, EPILOG)
     return parser
 
 
 READ_ONLY_STATE = {
     "inspect": ["nothing was written (inspect only reads)"],
+    "lookup": ["nothing was written (lookup only reads)"],
     "validate": ["nothing was written (a --report is written only when validation completes)"],
     "index": [
         "indexes are written one by one, each under a temporary name then renamed: "

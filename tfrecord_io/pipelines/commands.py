@@ -192,6 +192,12 @@ def cmd_convert(args, beam_flags: List[str]) -> int:
     return convert(args, beam_flags)
 
 
+def cmd_lookup(args, beam_flags: List[str]) -> int:
+    from tfrecord_io.pipelines.lookup import cmd_lookup as lookup
+
+    return lookup(args, beam_flags)
+
+
 def _check_writable(path: str, option: str) -> None:
     """A local file the command writes at its end: its directory must exist and be
     writable now, so a typo costs nothing rather than the whole job."""
@@ -214,6 +220,7 @@ COMMANDS: Dict[str, Callable[..., int]] = {
     "reshard": cmd_reshard,
     "report": cmd_report,
     "convert": cmd_convert,
+    "lookup": cmd_lookup,
 }
 
 

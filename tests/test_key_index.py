@@ -1,0 +1,262 @@
+"""Key indexes: the format, the build writing one per split, look-up by key (API and
+CLI, local and S3), and repeated keys in one build (an error, or ``dedup: key``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+import yaml
+
+import tfrecord_io
+from tfrecord_io import key_index as ki
+from tfrecord_io.keyed_dataset import NoKeyIndexError, _split_of, open_dataset
+from tfrecord_io.pipelines.build import placement
+from tfrecord_io.pipelines.build.job import run_build
+from tfrecord_io.pipelines.runtime import dataset_dir
+
+from tests.pipeline_support import IN_PROCESS, build_config, options, run_cli
+
+# ---------------------------------------------------------------------- the format
+
+
+def _text(value):
+    """A parsed bytes feature of one value as text (bytes, or an array of one bytes)."""
+    return (value if isinstance(value, bytes) else value[0]).decode()
+
+
+def _entries(n):
+    keys = sorted(f"k{i * 7919 % 100003:06d}" for i in range(n))
+    return [ki.Entry(k, i % 5, i * 100, 84, ki.content_hash(k.encode())) for i, k in enumerate(keys)]
+
+
+def test_key_index_round_trip_probe_and_scan(tmp_path):
+    entries = _entries(3000)  # 12 blocks of 256
+    path = str(tmp_path / "x.keyindex")
+    writer = ki.write_key_index(path, entries)
+    assert writer.entries == 3000 and writer.bytes == os.path.getsize(path)
+    assert writer.sha256 == dataset_dir.sha256_file(path)
+    with ki.KeyIndexReader(path, size=writer.bytes) as reader:
+        assert len(reader) == 3000 and reader.blocks == 12
+        for e in random.Random(1).sample(entries, 200) + [entries[0], entries[-1], entries[256], entries[255]]:
+            assert reader.get(e.key) == e
+        for missing in ("", "a", "k", "k0000000", "zzz", entries[10].key + "x"):
+            assert reader.get(missing) is None
+        assert list(reader) == entries
+
+
+def test_key_index_refuses_repeated_or_unsorted_keys(tmp_path):
+    writer = ki.KeyIndexWriter(str(tmp_path / "x.keyindex"))
+    writer.add("b", 0, 0, 1, bytes(16))
+    with pytest.raises(ValueError, match="'b' given twice"):
+        writer.add("b", 0, 0, 1, bytes(16))
+    with pytest.raises(ValueError, match="'a' given out of order"):
+        writer.add("a", 0, 0, 1, bytes(16))
+    with pytest.raises(ValueError, match="given twice"):
+        writer.add_many([b"c", b"c"], [0, 0], [0, 0], [1, 1], bytes(32))
+    writer.abort()
+    assert os.listdir(tmp_path) == []
+
+
+def test_key_index_corruption_is_named(tmp_path):
+    path = str(tmp_path / "x.keyindex")
+    ki.write_key_index(path, _entries(1000))
+    data = bytearray(open(path, "rb").read())
+    data[100] ^= 0xFF  # inside block 0
+    bad = str(tmp_path / "bad.keyindex")
+    open(bad, "wb").write(bytes(data))
+    reader = ki.KeyIndexReader(bad)
+    with pytest.raises(ki.KeyIndexError, match="block 0 does not match its CRC32C") as err:
+        reader.get(_entries(1000)[3].key)
+    assert err.value.path == bad
+    data = bytearray(open(path, "rb").read())
+    data[-40] ^= 0xFF  # the footer
+    open(bad, "wb").write(bytes(data))
+    with pytest.raises(ki.KeyIndexError, match="footer does not match"):
+        ki.KeyIndexReader(bad)
+    open(bad, "wb").write(b"not an index at all, but long enough for a trailer")
+    with pytest.raises(ki.KeyIndexError, match="not a key index"):
+        ki.KeyIndexReader(bad)
+
+
+def test_lookup_finds_the_split_as_the_build_placed_it():
+    cutoffs = placement.split_cutoffs({"train": 0.7, "validation": 0.1, "test": 0.2})
+    for i in range(2000):
+        key = f"row-{i}"
+        assert _split_of(key, cutoffs, 3) == placement.place(key, cutoffs, 3).split
+
+
+# ---------------------------------------------------------------------- built datasets
+
+
+def _manifest(tmp_path, ids, name="m.jsonl"):
+    path = tmp_path / name
+    with open(path, "w") as f:
+        for n, i in enumerate(ids):
+            f.write(
+                json.dumps({"id": i, "text": f"text of {i} #{n}", "label": i % 3 if isinstance(i, int) else 0}) + "\n"
+            )
+    return path
+
+
+def _config(tmp_path, manifest, **extra):
+    cfg = {
+        "name": "rows",
+        "input": {"manifest": str(manifest)},
+        "key": "id",
+        "columns": {"id": "int", "text": "text", "label": {"encoder": "int"}},
+        "splits": {"train": 0.6, "test": 0.4},
+        "sharding": {"num_shards": 3},
+        "output": {"dir": str(tmp_path / "out")},
+        **extra,
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("keyed")
+    config = _config(tmp_path, _manifest(tmp_path, list(range(200))))
+    run_build(build_config(config, tmp_path / "out", "v1"), options(IN_PROCESS), progress=False)
+    return tmp_path, str(tmp_path / "out"), config
+
+
+def test_build_writes_a_key_index_per_split_listed_with_its_checksum(built):
+    _, out, _ = built
+    version_dir = os.path.join(out, "v1")
+    info = dataset_dir.load_info(version_dir)
+    assert not os.path.exists(os.path.join(version_dir, "_keys"))  # the parts are gone
+    assert [name for name, _ in info["placement"]["cutoffs"]] == list(yaml.safe_load(open(built[2]))["splits"])
+    seen = set()
+    for split, entry in info["splits"].items():
+        note = entry["key_index"]
+        path = os.path.join(version_dir, note["path"])
+        assert note["path"] == f"rows-{split}.keyindex"
+        assert note["entries"] == entry["records"] and note["sha256"] == dataset_dir.sha256_file(path)
+        # every entry points at the record with that id, whose bytes hash as indexed
+        shards = [os.path.join(version_dir, s["path"]) for s in entry["shards"]]
+        by_offset = {}
+        for n, shard in enumerate(shards):
+            idx = tfrecord_io.load_index(shard + ".index")
+            records = list(tfrecord_io.tfrecord_iterator(shard))
+            for off, rec in zip(idx.offsets.tolist(), records):
+                by_offset[(n, off)] = bytes(rec)
+        with ki.KeyIndexReader(path) as reader:
+            for e in reader:
+                data = by_offset.pop((e.shard, e.offset))
+                assert len(data) == e.length and ki.content_hash(data) == e.hash
+                assert tfrecord_io.parse_example(data)["id"].tolist() == [int(e.key)]
+                seen.add(int(e.key))
+        assert not by_offset  # one entry per record
+    assert seen == set(range(200))
+    assert dataset_dir.verify_version(version_dir, info) == []
+    # a key index changed after the build is found by the version's checks
+    path = os.path.join(version_dir, info["splits"]["train"]["key_index"]["path"])
+    original = open(path, "rb").read()
+    try:
+        open(path, "wb").write(original[:-1] + bytes([original[-1] ^ 1]))
+        assert any("keyindex" in p for p in dataset_dir.verify_version(version_dir, info))
+    finally:
+        open(path, "wb").write(original)
+
+
+def test_open_dataset_get_and_get_many(built):
+    _, out, _ = built
+    with tfrecord_io.open_dataset(out) as ds:
+        assert ds.version == "v1" and len(ds) == 200
+        for i in (0, 7, 123, 199):
+            ex = ds.get(str(i))
+            assert ex["id"].tolist() == [i] and ex["label"].tolist() == [i % 3]
+            assert _text(ex["text"]) == f"text of {i} #{i}"
+        assert ds.get("200") is None and ds.get("nope", "x") == "x"
+        many = ds.get_many(["3", "missing", "150"])
+        assert many["missing"] is None and many["3"]["id"].tolist() == [3] and many["150"]["id"].tolist() == [150]
+        assert "5" in ds and "-1" not in ds
+
+
+def test_get_checks_the_record_crc(built, tmp_path):
+    import shutil
+
+    _, out, _ = built
+    copy = str(tmp_path / "copy")
+    shutil.copytree(out, copy)
+    with open_dataset(copy) as ds:
+        split, path, entry = ds.locate("42")
+    with open(path, "r+b") as f:
+        f.seek(entry.offset + 12 + 2)
+        b = f.read(1)
+        f.seek(entry.offset + 12 + 2)
+        f.write(bytes([b[0] ^ 0x40]))
+    with open_dataset(copy) as ds:
+        with pytest.raises(tfrecord_io.CorruptRecordError, match="CRC32C") as err:
+            ds.get("42")
+        assert err.value.path == path and err.value.offset == entry.offset
+        assert ds.get("43")["id"].tolist() == [43]
+
+
+def test_lookup_cli(built, tmp_path):
+    _, out, _ = built
+    proc = run_cli("lookup", out, "12", "77", "--json", "--no-progress", *IN_PROCESS)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["key"] for r in rows] == ["12", "77"] and all(r["found"] for r in rows)
+    assert rows[0]["example"]["id"] == [12] and rows[1]["example"]["text"] == "text of 77 #77"
+    proc = run_cli("lookup", out, "12", "nope", "--version", "v1", "--no-progress")
+    assert proc.returncode == 1
+    assert "text of 12" in proc.stdout and "1 of 2 keys not in version v1: 'nope'" in proc.stderr
+    proc = run_cli("lookup", out, "12", "--version", "v9", "--no-progress")
+    assert proc.returncode == 2 and "v9" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_cli("lookup", out, "--no-progress")
+    assert proc.returncode == 2
+
+
+def test_version_without_key_index_names_the_fix(built, tmp_path):
+    import shutil
+
+    _, out, _ = built
+    copy = tmp_path / "old"
+    shutil.copytree(out, copy)
+    info_path = copy / "v1" / "tfrecord_io_info.json"
+    info = json.loads(info_path.read_text())
+    for entry in info["splits"].values():
+        entry.pop("key_index")
+    info_path.write_text(json.dumps(info))
+    with pytest.raises(NoKeyIndexError, match="no key index .*tfrecord-io build"):
+        open_dataset(str(copy))
+    proc = run_cli("lookup", str(copy), "1", "--no-progress")
+    assert proc.returncode == 2 and "no key index" in proc.stderr and "tfrecord-io build" in proc.stderr
+
+
+# ---------------------------------------------------------------------- repeated keys
+
+
+def test_a_key_twice_is_an_error_naming_both_rows(tmp_path):
+    manifest = _manifest(tmp_path, [1, 2, 3, 2, 5])
+    config = _config(tmp_path, manifest)
+    proc = run_cli("build", config, "--version", "v1", "--no-progress", *IN_PROCESS)
+    assert proc.returncode != 0
+    lines = manifest.read_text().splitlines(keepends=True)
+    second, fourth = len(lines[0]), sum(len(line) for line in lines[:3])
+    assert f"key '2' is in the input twice (manifest byte offset {second} and manifest byte offset {fourth})" in (
+        proc.stderr
+    )
+    assert dataset_dir.read_latest(str(tmp_path / "out")) is None
+
+
+def test_dedup_key_keeps_the_first_row_and_counts_the_rest(tmp_path):
+    manifest = _manifest(tmp_path, [1, 2, 3, 2, 5, 2, 1])
+    config = _config(tmp_path, manifest, dedup="key")
+    summary = run_build(build_config(config, tmp_path / "out", "v1"), options(IN_PROCESS), progress=False)
+    info = dataset_dir.load_info(str(tmp_path / "out" / "v1"))
+    assert info["rows_in"] == 7 and info["records"] == 4 and info["duplicates"] == 3 and info["dedup"] == "key"
+    assert summary.written == 4
+    with open_dataset(str(tmp_path / "out")) as ds:
+        # the first row of each key in the input is kept (text "#n" is its line number)
+        assert _text(ds.get("2")["text"]) == "text of 2 #1"
+        assert _text(ds.get("1")["text"]) == "text of 1 #0"
+    kept = {d["key"]: d["kept"] for d in info["duplicate_examples"]}
+    assert kept["2"] == len(manifest.read_text().splitlines(keepends=True)[0])
