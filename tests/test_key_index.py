@@ -253,10 +253,42 @@ def test_dedup_key_keeps_the_first_row_and_counts_the_rest(tmp_path):
     summary = run_build(build_config(config, tmp_path / "out", "v1"), options(IN_PROCESS), progress=False)
     info = dataset_dir.load_info(str(tmp_path / "out" / "v1"))
     assert info["rows_in"] == 7 and info["records"] == 4 and info["duplicates"] == 3 and info["dedup"] == "key"
-    assert summary.written == 4
+    assert summary.written == 4 and "duplicates dropped: 3 (dedup: key)" in "\n".join(summary.lines())
     with open_dataset(str(tmp_path / "out")) as ds:
         # the first row of each key in the input is kept (text "#n" is its line number)
         assert _text(ds.get("2")["text"]) == "text of 2 #1"
         assert _text(ds.get("1")["text"]) == "text of 1 #0"
     kept = {d["key"]: d["kept"] for d in info["duplicate_examples"]}
     assert kept["2"] == len(manifest.read_text().splitlines(keepends=True)[0])
+
+
+def test_validate_checks_the_key_indexes(built, tmp_path):
+    import shutil
+
+    from tfrecord_io.pipelines.validate import run_validate
+
+    _, out, _ = built
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    version_dir = copy / "v1"
+    report = run_validate([str(copy)], options(IN_PROCESS), progress=False)
+    assert report["ok"], report["problems"]
+    info = json.loads((version_dir / "tfrecord_io_info.json").read_text())
+    note = info["splits"]["train"]["key_index"]
+    path = str(version_dir / note["path"])
+    # an index whose entries point one byte off, listed with its own (matching) checksum
+    with ki.KeyIndexReader(path) as reader:
+        entries = [e._replace(offset=e.offset + (1 if n == 5 else 0)) for n, e in enumerate(reader)]
+    writer = ki.write_key_index(path, entries)
+    note.update(bytes=writer.bytes, sha256=writer.sha256)
+    (version_dir / "tfrecord_io_info.json").write_text(json.dumps(info))
+    report = run_validate([str(copy)], options(IN_PROCESS), progress=False)
+    assert not report["ok"]
+    (problem,) = report["problems"]
+    assert problem["kind"] == "key_index" and problem["path"] == path
+    assert "do not match the records' offsets and lengths" in problem["reason"]
+    # and one changed after the build: its checksum
+    note.update(sha256="0" * 64)
+    (version_dir / "tfrecord_io_info.json").write_text(json.dumps(info))
+    report = run_validate([str(copy)], options(IN_PROCESS), progress=False)
+    assert [p["reason"] for p in report["problems"]] == ["size or SHA-256 differs from tfrecord_io_info.json"]

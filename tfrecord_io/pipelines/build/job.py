@@ -70,6 +70,8 @@ class BuildSummary:
     seconds: float = 0.0
     rejected_path: Optional[str] = None
     reused: bool = False
+    duplicates: int = 0
+    dedup: str = "error"
 
     def lines(self) -> List[str]:
         per_split: Dict[str, List[int]] = {}
@@ -85,7 +87,10 @@ class BuildSummary:
             )
         else:
             head = f"build finished in {self.seconds:.1f}s: version {self.version} at {self.version_dir}"
-        out = [head, f"rows in: {self.rows_in}   written: {self.written}   rejected: {self.rejected}"]
+        counts = f"rows in: {self.rows_in}   written: {self.written}   rejected: {self.rejected}"
+        if self.duplicates:
+            counts += f"   duplicates dropped: {self.duplicates} (dedup: {self.dedup})"
+        out = [head, counts]
         for split, (records, size, count) in per_split.items():
             out.append(f"  {split:<12} {records:>8} records  {count:>4} shards  {size / 1e6:10.2f} MB")
         if self.rejected:
@@ -105,6 +110,8 @@ class BuildSummary:
             seconds=seconds,
             rejected_path=files.join(version_dir, REJECTED_NAME) if info["rejected"] else None,
             reused=reused,
+            duplicates=int(info.get("duplicates") or 0),
+            dedup=str(info.get("dedup") or "error"),
         )
 
 
