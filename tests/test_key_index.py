@@ -292,3 +292,33 @@ def test_validate_checks_the_key_indexes(built, tmp_path):
     (version_dir / "tfrecord_io_info.json").write_text(json.dumps(info))
     report = run_validate([str(copy)], options(IN_PROCESS), progress=False)
     assert [p["reason"] for p in report["problems"]] == ["size or SHA-256 differs from tfrecord_io_info.json"]
+
+
+# ---------------------------------------------------------------------- diff
+
+
+def test_diff_of_two_builds(tmp_path):
+    from tfrecord_io.pipelines.diff import diff_versions
+
+    out = tmp_path / "out"
+    config = _config(tmp_path, _manifest(tmp_path, list(range(0, 60))))
+    run_build(build_config(config, out, "v1"), options(IN_PROCESS), progress=False)
+    # v2: 0-9 gone, 60-69 new, 20-24 with other text
+    with open(tmp_path / "m2.jsonl", "w") as f:
+        for i in range(10, 70):
+            text = f"new text of {i}" if 20 <= i < 25 else f"text of {i} #{i}"
+            f.write(json.dumps({"id": i, "text": text, "label": i % 3}) + "\n")
+    config2 = _config(tmp_path, tmp_path / "m2.jsonl")
+    run_build(build_config(config2, out, "v2"), options(IN_PROCESS), progress=False)
+    result = diff_versions(str(out), "v1", "v2")
+    assert (result["a"], result["b"]) == ("v1", "v2")
+    got = {k: sorted(int(x) for s in result["splits"].values() for x in s[k]) for k in ("added", "removed", "changed")}
+    assert got == {"added": list(range(60, 70)), "removed": list(range(10)), "changed": list(range(20, 25))}
+    assert sum(s["unchanged"] for s in result["splits"].values()) == 45
+    proc = run_cli("diff", str(out), "v1", "--json", "--no-progress")  # B defaults to LATEST (v2)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == result
+    proc = run_cli("diff", str(out), "v1", "v2", "--no-progress")
+    assert proc.returncode == 0 and "diff v1 -> v2" in proc.stdout and "changed: " in proc.stdout
+    proc = run_cli("diff", str(out), "v1", "v7", "--no-progress")
+    assert proc.returncode == 2 and "v7" in proc.stderr and "Traceback" not in proc.stderr

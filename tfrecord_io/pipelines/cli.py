@@ -166,12 +166,16 @@ def build_parser() -> argparse.ArgumentParser:
     from tfrecord_io.pipelines.lookup import add_parser as add_lookup
 
     add_lookup(sub, _common, EPILOG)
+    from tfrecord_io.pipelines.diff import add_parser as add_diff
+
+    add_diff(sub, _common, EPILOG)
     return parser
 
 
 READ_ONLY_STATE = {
     "inspect": ["nothing was written (inspect only reads)"],
     "lookup": ["nothing was written (lookup only reads)"],
+    "diff": ["nothing was written (diff only reads)"],
     "validate": ["nothing was written (a --report is written only when validation completes)"],
     "index": [
         "indexes are written one by one, each under a temporary name then renamed: "

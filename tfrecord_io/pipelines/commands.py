@@ -198,6 +198,12 @@ def cmd_lookup(args, beam_flags: List[str]) -> int:
     return lookup(args, beam_flags)
 
 
+def cmd_diff(args, beam_flags: List[str]) -> int:
+    from tfrecord_io.pipelines.diff import cmd_diff as diff
+
+    return diff(args, beam_flags)
+
+
 def _check_writable(path: str, option: str) -> None:
     """A local file the command writes at its end: its directory must exist and be
     writable now, so a typo costs nothing rather than the whole job."""
@@ -221,6 +227,7 @@ COMMANDS: Dict[str, Callable[..., int]] = {
     "report": cmd_report,
     "convert": cmd_convert,
     "lookup": cmd_lookup,
+    "diff": cmd_diff,
 }
 
 
