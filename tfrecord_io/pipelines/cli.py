@@ -69,6 +69,24 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override any config field, e.g. --set seed=3"
     )
+    b.add_argument(
+        "--append",
+        action="store_true",
+        help="publish a new version = the current one + the input's rows whose keys are new (unchanged shards "
+        "linked or copied, not rewritten)",
+    )
+    b.add_argument(
+        "--on-existing",
+        choices=["error", "skip", "replace"],
+        default="error",
+        help="--append: a row whose key is already in the dataset is an error (default), skipped, or replaces it",
+    )
+    b.add_argument(
+        "--remove",
+        metavar="KEYS_FILE",
+        help="publish a new version = the current one without the keys in KEYS_FILE (one per line); "
+        "only the shards holding them are rewritten",
+    )
     _common(b)
 
     v = sub.add_parser(

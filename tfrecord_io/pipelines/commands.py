@@ -72,6 +72,22 @@ def cmd_build(args, beam_flags: List[str]) -> int:
     # DirectRunner's multi-process workers: forked now, already imported, while the
     # launcher plans (tfrecord_io/pipelines/runtime/local_workers.py); other runners start their own.
     workers = fork_workers(options, preload=("tfrecord_io.transforms.rows",))
+    if getattr(args, "append", False) or getattr(args, "remove", None):
+        from tfrecord_io.pipelines.build.derive_job import run_derive
+
+        with workers or contextlib.nullcontext():
+            summary = run_derive(
+                cfg,
+                options,
+                append=bool(args.append),
+                remove=args.remove,
+                on_existing=args.on_existing,
+                progress=not args.no_progress,
+                on_version=args.failure_state.claimed,
+                workers=workers,
+            )
+        print("\n".join(summary.lines()))
+        return 0
     with workers or contextlib.nullcontext():
         summary = run_build(
             cfg,

@@ -72,6 +72,7 @@ class BuildSummary:
     reused: bool = False
     duplicates: int = 0
     dedup: str = "error"
+    changes: List[str] = field(default_factory=list)  # what an append or remove changed (build/derive.py)
 
     def lines(self) -> List[str]:
         per_split: Dict[str, List[int]] = {}
@@ -95,7 +96,7 @@ class BuildSummary:
             out.append(f"  {split:<12} {records:>8} records  {count:>4} shards  {size / 1e6:10.2f} MB")
         if self.rejected:
             out.append(f"rejected rows and reasons: {self.rejected_path}")
-        return out
+        return out + self.changes
 
     @classmethod
     def from_info(cls, version_dir: str, info: Dict[str, Any], seconds: float, reused: bool) -> BuildSummary:
