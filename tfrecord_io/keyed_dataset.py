@@ -172,7 +172,18 @@ class KeyedDataset:
 def open_dataset(root: str, version: Optional[str] = None, *, check_crc: bool = True) -> KeyedDataset:
     """The dataset at ``root`` (its ``LATEST`` version, or ``version``; a version directory
     works too), to look records up by key. Raises :class:`NoKeyIndexError` for a version
-    built without key indexes."""
+    built without key indexes.
+
+    On an object store the small metadata files (``LATEST``, ``tfrecord_io_info.json``)
+    are read through Beam's filesystems: with the options a pipeline (or the caller,
+    ``FileSystems.set_options``) gave them, else with none, so that boto3's usual sources
+    (``AWS_*`` variables, ``AWS_ENDPOINT_URL``) apply, as for the record reads."""
+    if files.is_remote(str(root)):
+        fs = files.beam_filesystems()
+        if getattr(fs, "_pipeline_options", None) is None:
+            from apache_beam.options.pipeline_options import PipelineOptions
+
+            fs.set_options(PipelineOptions([]))
     version_dir = resolve_version_dir(root, version)
     info = load_info(version_dir)
     if info is None:  # resolve_version_dir checked it; a race with a deletion
