@@ -23,7 +23,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Any, Dict, List
 
 import yaml
@@ -122,8 +121,10 @@ def main() -> None:
     fw, aw = statistics.median(x["wall"] for x in full), statistics.median(x["wall"] for x in app)
     fc = statistics.median(x["user"] + x["sys"] for x in full)
     ac = statistics.median(x["user"] + x["sys"] for x in app)
-    print(f"full build median {fw:.1f}s wall / {fc:.1f}s CPU; append {aw:.1f}s / {ac:.1f}s: {100 * aw / fw:.1f}% wall, "
-          f"{100 * ac / fc:.1f}% CPU")
+    print(
+        f"full build median {fw:.1f}s wall / {fc:.1f}s CPU; append {aw:.1f}s / {ac:.1f}s: {100 * aw / fw:.1f}% wall, "
+        f"{100 * ac / fc:.1f}% CPU"
+    )
     out = os.path.join(work, "out0")
     sys.path.insert(0, REPO)
     from tfrecord_io.pipelines.runtime import dataset_dir
@@ -131,10 +132,14 @@ def main() -> None:
     info = dataset_dir.load_info(os.path.join(out, "v2"))
     kbytes = sum(e["key_index"]["bytes"] for e in info["splits"].values())
     dbytes = sum(e["bytes"] for e in info["splits"].values())
-    print(f"key index: {kbytes / 1e6:.1f} MB for {info['records']:,} rows ({kbytes / info['records']:.1f} B/row; "
-          f"shards {dbytes / 1e6:.1f} MB)")
-    print(f"changes: {json.dumps(info['changes']['splits'])}, shards carried {info['changes']['shards_carried']}, "
-          f"written {info['changes']['shards_written']}")
+    print(
+        f"key index: {kbytes / 1e6:.1f} MB for {info['records']:,} rows ({kbytes / info['records']:.1f} B/row; "
+        f"shards {dbytes / 1e6:.1f} MB)"
+    )
+    print(
+        f"changes: {json.dumps(info['changes']['splits'])}, shards carried {info['changes']['shards_carried']}, "
+        f"written {info['changes']['shards_written']}"
+    )
     env = dict(os.environ, PYTHONPATH=REPO)
     local = lookups(out, args.lookups, args.rows, env)
     print(f"local lookups: {json.dumps(local)}")

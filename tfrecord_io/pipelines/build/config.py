@@ -62,9 +62,9 @@ SCHEMA: Dict[str, Any] = {
     "dedup": Field(
         (str,),
         default="error",
-        choices=("error", "key", "content"),
+        choices=("error", "key"),
         doc="a key seen twice in one build: error (naming both rows), or key (keep the first in the input, "
-        "count the rest); content: also drop rows whose encoded Example is byte-identical to a kept one",
+        "count the rest); dropping byte-identical Examples under other keys (content) is not built yet",
     ),
     "shuffle": Field((bool,), default=True, doc="rows in a shard in hash order of their key (false: in key order)"),
     "seed": Field((int,), default=0),

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from tfrecord_io.pipelines.build.rows import canonical, row_key
 from tfrecord_io.pipelines.runtime.errors import UsageError
 
-MODES = ("error", "key", "content")
+MODES = ("error", "key")
 
 
 class DuplicateKeyError(UsageError, ValueError):

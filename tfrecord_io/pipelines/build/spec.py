@@ -60,7 +60,7 @@ class BuildSpec:
 
     @property
     def dedup(self) -> str:
-        """What a key seen twice does: ``error`` (the default), ``key`` or ``content``
+        """What a key seen twice does: ``error`` (the default) or ``key``
         (``pipelines.build.dedup``)."""
         return str(self.config.get("dedup") or "error")
 
