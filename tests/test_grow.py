@@ -175,3 +175,41 @@ def test_a_second_append_onto_the_same_base_is_refused_while_one_runs(base):
     finally:
         claim.release()
     assert dataset_dir.read_latest(out) == "v1"
+
+
+def test_a_killed_append_leaves_the_previous_version_current(base):
+    import signal
+    import time
+
+    from tests.pipeline_support import start_cli
+
+    tmp_path, out = base
+    config = _config(tmp_path, _write_manifest(tmp_path / "m2.jsonl", range(100, 400)), out)
+    proc = start_cli(
+        "build",
+        config,
+        "--append",
+        "--version",
+        "v2",
+        "--no-progress",
+        *IN_PROCESS,
+        capture=False,
+        start_new_session=True,
+    )
+    claim = os.path.join(out, "_derive", "v1", "_BUILDING")
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.path.join(out, "v2", "_BUILDING")):
+            assert proc.poll() is None and time.monotonic() < deadline, "the append ended before it was killed"
+            time.sleep(0.05)
+        assert os.path.exists(claim)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and anything it started
+        proc.wait()
+    assert dataset_dir.read_latest(out) == "v1"
+    assert dataset_dir.load_info(os.path.join(out, "v2")) is None  # nothing a reader takes for whole
+    assert _all(out) == _all(out, "v1")
+    # the next append takes over the dead run's claims (its base's and its version's)
+    again = _build(config, "--append", "--version", "v2")
+    assert again.returncode == 0, again.stderr
+    assert dataset_dir.read_latest(out) == "v2" and len(_all(out)) == 400 and not os.path.exists(claim)
