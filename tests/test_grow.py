@@ -109,6 +109,11 @@ def test_append_replace_rewrites_only_shards_with_replaced_rows(base):
     d = diff_versions(out, "v1", "v2")
     assert [k for s in d["splits"].values() for k in s["changed"]] == ["3"]
     assert [k for s in d["splits"].values() for k in s["added"]] == ["200"]
+    page = str(tmp_path / "report.html")
+    proc = run_cli("report", out, "--output", page, "--no-progress", *IN_PROCESS)
+    assert proc.returncode == 0, proc.stderr
+    html = open(page).read()
+    assert "append on version <b>v1</b>" in html and 'class="changes"' in html
 
 
 def test_append_with_existing_key_is_refused_by_default(base):

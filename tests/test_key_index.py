@@ -258,6 +258,10 @@ def test_dedup_key_keeps_the_first_row_and_counts_the_rest(tmp_path):
         # the first row of each key in the input is kept (text "#n" is its line number)
         assert _text(ds.get("2")["text"]) == "text of 2 #1"
         assert _text(ds.get("1")["text"]) == "text of 1 #0"
+    page = str(tmp_path / "report.html")
+    proc = run_cli("report", str(tmp_path / "out"), "--output", page, "--no-progress", *IN_PROCESS)
+    assert proc.returncode == 0, proc.stderr
+    assert "duplicates dropped: <b>3</b> (dedup: key)" in open(page).read()
     kept = {d["key"]: d["kept"] for d in info["duplicate_examples"]}
     assert kept["2"] == len(manifest.read_text().splitlines(keepends=True)[0])
 
