@@ -218,3 +218,18 @@ def test_a_killed_append_leaves_the_previous_version_current(base):
     again = _build(config, "--append", "--version", "v2")
     assert again.returncode == 0, again.stderr
     assert dataset_dir.read_latest(out) == "v2" and len(_all(out)) == 400 and not os.path.exists(claim)
+
+
+def test_append_and_remove_usage_errors(base):
+    tmp_path, out = base
+    config = _config(tmp_path, tmp_path / "m1.jsonl", out)
+    for args, message in (
+        (["--append", "--remove", str(tmp_path / "k.txt")], "give one of --append or --remove KEYS_FILE"),
+        (["--remove", str(tmp_path / "absent.txt")], "absent.txt: no such keys file"),
+    ):
+        proc = _build(config, *args)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    empty = tmp_path / "empty"
+    proc = _build(_config(tmp_path, tmp_path / "m1.jsonl", str(empty)), "--append")
+    assert proc.returncode == 2 and "no published version to append to" in proc.stderr
+    assert dataset_dir.read_latest(out) == "v1"
