@@ -3,7 +3,7 @@ sorted by key) -> one key index per split, ``<version>/<name>-<split>.keyindex``
 
 It runs in a worker per split (the launcher reads nothing), after every shard of the
 split is written, before the finalize stage records the index in
-``tfrecord_io_info.json``. The parts are read whole (44 bytes plus the key per row: a
+``tfrecord_io_info.json``. The parts are read whole (36 bytes plus the key per row: a
 split of a million rows is about 50 MB in this worker for a moment), sorted once, and
 written in blocks (``tfrecord_io.key_index``). A key is in one shard only (its shard is a
 hash of it) and each shard writer has already removed its duplicates, so the merged
