@@ -326,3 +326,35 @@ def test_diff_of_two_builds(tmp_path):
     assert proc.returncode == 0 and "diff v1 -> v2" in proc.stdout and "changed: " in proc.stdout
     proc = run_cli("diff", str(out), "v1", "v7", "--no-progress")
     assert proc.returncode == 2 and "v7" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_dedup_content_drops_byte_identical_examples_under_other_keys(tmp_path):
+    path = tmp_path / "m.jsonl"
+    rows = [("a", "x"), ("b", "y"), ("c", "x"), ("d", "x"), ("e", "z"), ("b", "y2")]
+    path.write_text("".join(json.dumps({"id": i, "text": t, "label": 1}) + "\n" for i, t in rows))
+    cfg = {
+        "name": "rows",
+        "input": {"manifest": str(path)},
+        "key": "id",
+        "columns": {"text": "text", "label": {"encoder": "int"}},  # the key is not in the Example
+        "splits": {"train": 0.5, "test": 0.5},
+        "sharding": {"num_shards": 3},
+        "dedup": "content",
+        "output": {"dir": str(tmp_path / "out")},
+    }
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    run_build(build_config(str(tmp_path / "c.yaml"), tmp_path / "out", "v1"), options(IN_PROCESS), progress=False)
+    version_dir = str(tmp_path / "out" / "v1")
+    info = dataset_dir.load_info(version_dir)
+    # c and d hold a's Example (a's key sorts first: kept); the second b by key
+    assert info["rows_in"] == 6 and info["records"] == 3 and info["duplicates"] == 3
+    same = sorted((d["key"], d["kept_key"]) for d in info["duplicate_examples"] if d.get("same_content"))
+    assert same == [("c", "a"), ("d", "a")]
+    with open_dataset(str(tmp_path / "out")) as ds:
+        assert _text(ds.get("a")["text"]) == "x" and ds.get("c") is None and ds.get("d") is None
+        assert _text(ds.get("b")["text"]) == "y" and _text(ds.get("e")["text"]) == "z"
+    assert dataset_dir.verify_version(version_dir, info) == []
+    from tfrecord_io.pipelines.validate import run_validate
+
+    report = run_validate([str(tmp_path / "out")], options(IN_PROCESS), progress=False)
+    assert report["ok"], report["problems"]

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from tfrecord_io.pipelines.build.rows import canonical, row_key
 from tfrecord_io.pipelines.runtime.errors import UsageError
 
-MODES = ("error", "key")
+MODES = ("error", "key", "content")
 
 
 class DuplicateKeyError(UsageError, ValueError):

@@ -30,6 +30,7 @@ from typing import Any, Mapping, Optional
 import apache_beam as beam
 
 from tfrecord_io.pipelines.build import commit
+from tfrecord_io.pipelines.build.content_dedup import DropIdentical
 from tfrecord_io.pipelines.build.key_index_stage import MergeKeyIndex
 from tfrecord_io.pipelines.build.plan import (
     SUMMARY_TAG,
@@ -144,6 +145,12 @@ class BuildDataset(beam.PTransform):
         )
         if self._progress_dir:
             shards = shards | "CountShards" >> beam.ParDo(CountProgress(self._progress_dir, "shards"))
+        if spec.dedup == "content":  # byte-identical Examples under other keys: only once all shards are written
+            shards = (
+                shards
+                | "AllNotes" >> beam.combiners.ToList()
+                | "DropIdentical" >> beam.ParDo(DropIdentical(spec), claim=side["claim"])
+            )
         key_indexes = (
             shards
             | "BySplit" >> beam.Map(lambda note: (note["split"], note))
