@@ -56,6 +56,8 @@ _LAZY = {
     "to_arrow": "tfrecord_io.arrow",
     "to_arrow_batches": "tfrecord_io.arrow",
     "BuildDataset": "tfrecord_io.pipelines.build.transform",
+    # look records up by key (a built dataset's key index)
+    "open_dataset": "tfrecord_io.keyed_dataset",
 }
 
 
@@ -64,6 +66,7 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = [
     "BuildDataset",
+    "open_dataset",
     "CorruptRecordError",
     "CorruptRegion",
     "DatasetSelection",

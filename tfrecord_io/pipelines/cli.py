@@ -84,6 +84,24 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override any config field, e.g. --set seed=3"
     )
+    b.add_argument(
+        "--append",
+        action="store_true",
+        help="publish a new version = the current one + the input's rows whose keys are new (unchanged shards "
+        "linked or copied, not rewritten)",
+    )
+    b.add_argument(
+        "--on-existing",
+        choices=["error", "skip", "replace"],
+        default="error",
+        help="--append: a row whose key is already in the dataset is an error (default), skipped, or replaces it",
+    )
+    b.add_argument(
+        "--remove",
+        metavar="KEYS_FILE",
+        help="publish a new version = the current one without the keys in KEYS_FILE (one per line); "
+        "only the shards holding them are rewritten",
+    )
     _common(b)
 
     v = sub.add_parser(
@@ -180,11 +198,19 @@ def build_parser() -> argparse.ArgumentParser:
     from tfrecord_io.pipelines.convert import add_parser as add_convert  # light: the job imports Beam when it runs
 
     add_convert(sub, _common, EPILOG)
+    from tfrecord_io.pipelines.lookup import add_parser as add_lookup
+
+    add_lookup(sub, _common, EPILOG)
+    from tfrecord_io.pipelines.diff import add_parser as add_diff
+
+    add_diff(sub, _common, EPILOG)
     return parser
 
 
 READ_ONLY_STATE = {
     "inspect": ["nothing was written (inspect only reads)"],
+    "lookup": ["nothing was written (lookup only reads)"],
+    "diff": ["nothing was written (diff only reads)"],
     "validate": ["nothing was written (a --report is written only when validation completes)"],
     "index": [
         "indexes are written one by one, each under a temporary name then renamed: "

@@ -76,6 +76,22 @@ def cmd_build(args, beam_flags: List[str]) -> int:
     # DirectRunner's multi-process workers: forked now, already imported, while the
     # launcher plans (tfrecord_io/pipelines/runtime/local_workers.py); other runners start their own.
     workers = fork_workers(options, preload=("tfrecord_io.transforms.rows",))
+    if getattr(args, "append", False) or getattr(args, "remove", None):
+        from tfrecord_io.pipelines.build.derive_job import run_derive
+
+        with workers or contextlib.nullcontext():
+            summary = run_derive(
+                cfg,
+                options,
+                append=bool(args.append),
+                remove=args.remove,
+                on_existing=args.on_existing,
+                progress=not args.no_progress,
+                on_version=args.failure_state.claimed,
+                workers=workers,
+            )
+        print("\n".join(summary.lines()))
+        return 0
     with workers or contextlib.nullcontext():
         summary = run_build(
             cfg,
@@ -198,6 +214,18 @@ def cmd_convert(args, beam_flags: List[str]) -> int:
     return convert(args, beam_flags)
 
 
+def cmd_lookup(args, beam_flags: List[str]) -> int:
+    from tfrecord_io.pipelines.lookup import cmd_lookup as lookup
+
+    return lookup(args, beam_flags)
+
+
+def cmd_diff(args, beam_flags: List[str]) -> int:
+    from tfrecord_io.pipelines.diff import cmd_diff as diff
+
+    return diff(args, beam_flags)
+
+
 def _check_writable(path: str, option: str) -> None:
     """A local file the command writes at its end: its directory must exist and be
     writable now, so a typo costs nothing rather than the whole job."""
@@ -220,6 +248,8 @@ COMMANDS: Dict[str, Callable[..., int]] = {
     "reshard": cmd_reshard,
     "report": cmd_report,
     "convert": cmd_convert,
+    "lookup": cmd_lookup,
+    "diff": cmd_diff,
 }
 
 

@@ -22,6 +22,7 @@ from tfrecord_io.pipelines.runtime import dataset_dir
 
 REJECTED_NAME = "rejected-00000-of-00001.jsonl"
 REJECTED_DIR = "_rejected"
+KEYS_DIR = "_keys"
 
 
 class BuildIncomplete(RuntimeError):
@@ -39,13 +40,23 @@ def rejected_part(version_dir: str, split: str, shard: int) -> str:
     return files.join(version_dir, REJECTED_DIR, f"{split}-{shard:05d}.jsonl")
 
 
-def splits_info(shards: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
+def key_part(version_dir: str, split: str, shard: int) -> str:
+    """Where a shard's writer leaves its key index entries for the split's merge stage."""
+    return files.join(version_dir, KEYS_DIR, f"{split}-{shard:05d}.keyindex")
+
+
+def splits_info(
+    shards: Iterable[Dict[str, Any]], key_indexes: Optional[Dict[str, Dict[str, Any]]] = None
+) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     for s in shards:
         split = out.setdefault(s["split"], {"records": 0, "bytes": 0, "num_shards": s["num_shards"], "shards": []})
         split["records"] += s["records"]
         split["bytes"] += s["bytes"]
         split["shards"].append({k: s[k] for k in ("path", "index", "records", "bytes", "sha256")})
+    for name, note in (key_indexes or {}).items():
+        if name in out:
+            out[name]["key_index"] = {k: note[k] for k in ("path", "entries", "bytes", "sha256")}
     return out
 
 
@@ -55,9 +66,10 @@ def check_complete(spec: BuildSpec, shards: List[Dict[str, Any]], counts: Dict[s
     got = [(s["split"], s["shard"]) for s in shards]
     written = sum(s["records"] for s in shards)
     rejected = sum(s["rejected"] for s in shards)
-    if set(got) != expected or len(got) != len(expected) or written + rejected != rows_in:
+    duplicates = sum(s.get("duplicates", 0) for s in shards)
+    if set(got) != expected or len(got) != len(expected) or written + rejected + duplicates != rows_in:
         raise BuildIncomplete(
-            f"build lost rows: {rows_in} in, {written} written, {rejected} rejected, "
+            f"build lost rows: {rows_in} in, {written} written, {rejected} rejected, {duplicates} duplicates, "
             f"{len(set(got) & expected)} of {len(expected)} shards; not publishing {spec.version_dir}"
         )
 
@@ -102,8 +114,31 @@ def image_modes(shards: Iterable[Dict[str, Any]]) -> Dict[str, List[str]]:
     return {column: sorted(modes) for column, modes in sorted(seen.items())}
 
 
+def check_key_indexes(
+    spec: BuildSpec, shards: List[Dict[str, Any]], key_indexes: List[Dict[str, Any]]
+) -> Dict[str, Dict[str, Any]]:
+    """One key index per split, holding one entry per record written; ``{split: note}``."""
+    records: Dict[str, int] = {}
+    for s in shards:
+        records[s["split"]] = records.get(s["split"], 0) + s["records"]
+    by_split = {n["split"]: n for n in key_indexes}
+    for split, n in records.items():
+        note = by_split.get(split)
+        if note is None or note["entries"] != n:
+            got = "none" if note is None else f"{note['entries']} entries"
+            raise BuildIncomplete(
+                f"the key index of split {split!r} does not cover its {n} records ({got}); "
+                f"not publishing {spec.version_dir}"
+            )
+    return by_split
+
+
 def dataset_info(
-    spec: BuildSpec, shards: List[Dict[str, Any]], summary: Dict[str, Any], fingerprint: str
+    spec: BuildSpec,
+    shards: List[Dict[str, Any]],
+    summary: Dict[str, Any],
+    fingerprint: str,
+    key_indexes: Optional[Dict[str, Dict[str, Any]]] = None,
 ) -> Dict[str, Any]:
     """``tfrecord_io_info.json`` of a finished version: what readers and reruns go by."""
     columns = spec.columns(summary["vocab"])
@@ -124,10 +159,17 @@ def dataset_info(
         "encoders": {k: e.to_config() for k, e in encoders.items()},
         "image_modes": image_modes(shards),
         "compression": spec.compression,
-        "splits": splits_info(shards),
+        "splits": splits_info(shards, key_indexes),
         "rows_in": summary["rows"],
         "records": sum(s["records"] for s in shards),
         "rejected": sum(s["rejected"] for s in shards),
+        # rows dropped because their key was already in the build (dedup: key/content)
+        "duplicates": sum(s.get("duplicates", 0) for s in shards),
+        "dedup": spec.dedup,
+        # how rows were placed, in order (the config's mapping is written with sorted keys):
+        # what a lookup needs to find a key's split, and an append to keep it there
+        "placement": {"seed": spec.seed, "cutoffs": [[name, cut] for name, cut in spec.cutoffs]},
+        "duplicate_examples": [d for s in shards for d in s.get("duplicate_examples", [])][:10],
         "config": config,
     }
 
@@ -138,6 +180,7 @@ def finalize(
     summary: Dict[str, Any],
     counts: Dict[str, int],
     claim: Dict[str, Any],
+    key_indexes: Optional[List[Dict[str, Any]]] = None,
 ) -> Dict[str, Any]:
     """Publish the version (or, when the claim found it already published from the same
     inputs, verify it and point ``LATEST`` at it if nothing newer is there); returns its
@@ -149,10 +192,12 @@ def finalize(
     if info is None or info.get("fingerprint") != claim["fingerprint"]:
         check_claim(spec)
         check_complete(spec, shards, counts, summary["rows"])
+        indexes = check_key_indexes(spec, shards, list(key_indexes or []))
         merge_rejected(spec, shards)
-        info = dataset_info(spec, shards, summary, claim["fingerprint"])
+        info = dataset_info(spec, shards, summary, claim["fingerprint"], indexes)
         dataset_dir.write_info(spec.version_dir, info)
     files.delete_prefix(files.join(spec.version_dir, REJECTED_DIR))
+    files.delete_prefix(files.join(spec.version_dir, KEYS_DIR))
     files.delete([files.join(spec.version_dir, dataset_dir.BUILDING_NAME)])
     dataset_dir.publish(spec.out_dir, spec.version)
     return info

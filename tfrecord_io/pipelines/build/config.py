@@ -59,6 +59,14 @@ SCHEMA: Dict[str, Any] = {
     ),
     "columns": Field((dict,), required=True, doc="column name -> encoder settings"),
     "splits": Field((dict,), default={"train": 1.0}),
+    "dedup": Field(
+        (str,),
+        default="error",
+        choices=("error", "key", "content"),
+        doc="a key seen twice in one build: error (naming both rows), or key (keep the first in the input, "
+        "count the rest); content: as key, and rows whose encoded Example is byte-identical to another row's "
+        "of the build are dropped too (the one whose key sorts first is kept)",
+    ),
     "shuffle": Field((bool,), default=True, doc="rows in a shard in hash order of their key (false: in key order)"),
     "seed": Field((int,), default=0),
     "sharding": {

@@ -71,6 +71,9 @@ class BuildSummary:
     seconds: float = 0.0
     rejected_path: Optional[str] = None
     reused: bool = False
+    duplicates: int = 0
+    dedup: str = "error"
+    changes: List[str] = field(default_factory=list)  # what an append or remove changed (build/derive.py)
 
     def lines(self) -> List[str]:
         per_split: Dict[str, List[int]] = {}
@@ -86,12 +89,15 @@ class BuildSummary:
             )
         else:
             head = f"build finished in {self.seconds:.1f}s: version {self.version} at {self.version_dir}"
-        out = [head, f"rows in: {self.rows_in}   written: {self.written}   rejected: {self.rejected}"]
+        counts = f"rows in: {self.rows_in}   written: {self.written}   rejected: {self.rejected}"
+        if self.duplicates:
+            counts += f"   duplicates dropped: {self.duplicates} (dedup: {self.dedup})"
+        out = [head, counts]
         for split, (records, size, count) in per_split.items():
             out.append(f"  {split:<12} {records:>8} records  {count:>4} shards  {size / 1e6:10.2f} MB")
         if self.rejected:
             out.append(f"rejected rows and reasons: {self.rejected_path}")
-        return out
+        return out + self.changes
 
     @classmethod
     def from_info(cls, version_dir: str, info: Dict[str, Any], seconds: float, reused: bool) -> BuildSummary:
@@ -106,6 +112,8 @@ class BuildSummary:
             seconds=seconds,
             rejected_path=files.join(version_dir, REJECTED_NAME) if info["rejected"] else None,
             reused=reused,
+            duplicates=int(info.get("duplicates") or 0),
+            dedup=str(info.get("dedup") or "error"),
         )
 
 

@@ -59,6 +59,12 @@ class BuildSpec:
         return bool(self.config.get("shuffle", True))
 
     @property
+    def dedup(self) -> str:
+        """What a key seen twice does: ``error`` (the default) or ``key``
+        (``pipelines.build.dedup``)."""
+        return str(self.config.get("dedup") or "error")
+
+    @property
     def write_index(self) -> bool:
         return bool(self.config["output"]["write_index"]) and not self.compression
 

@@ -9,7 +9,9 @@
       |                  -> ShardCounts (side input), ClaimVersion (side input: claim once the fingerprint is known)
       | PlaceInShards    (shard, rows) pieces, plus an empty piece for every shard
       | GroupByShard     the runner's shuffle: rows, never encoded media
-      | WriteShard       sort, read + encode media, write shard + index; rejected rows per shard
+      | WriteShard       sort, drop/refuse repeated keys, read + encode media, write shard + index;
+      |                  rejected rows and key index entries per shard
+      |   KeyIndex       per split: the shards' key entries merged into <name>-<split>.keyindex
       | ToList | Finalize  counts checked, rejected rows merged, tfrecord_io_info.json, LATEST last
     -> one element: the version's tfrecord_io_info.json content
 
@@ -28,6 +30,8 @@ from typing import Any, Mapping, Optional
 import apache_beam as beam
 
 from tfrecord_io.pipelines.build import commit
+from tfrecord_io.pipelines.build.content_dedup import DropIdentical
+from tfrecord_io.pipelines.build.key_index_stage import MergeKeyIndex
 from tfrecord_io.pipelines.build.plan import (
     SUMMARY_TAG,
     ClaimVersion,
@@ -49,8 +53,8 @@ class _Finalize(beam.DoFn):
     def __init__(self, spec: BuildSpec):
         self._spec = spec
 
-    def process(self, shards, summary, counts, claim):
-        yield commit.finalize(self._spec, list(shards), summary, counts, claim)
+    def process(self, shards, summary, counts, claim, key_indexes):
+        yield commit.finalize(self._spec, list(shards), summary, counts, claim, list(key_indexes))
 
 
 class BuildDataset(beam.PTransform):
@@ -141,7 +145,23 @@ class BuildDataset(beam.PTransform):
         )
         if self._progress_dir:
             shards = shards | "CountShards" >> beam.ParDo(CountProgress(self._progress_dir, "shards"))
-        return shards | "ShardNotes" >> beam.combiners.ToList() | "Finalize" >> beam.ParDo(_Finalize(spec), **side)
+        if spec.dedup == "content":  # byte-identical Examples under other keys: only once all shards are written
+            shards = (
+                shards
+                | "AllNotes" >> beam.combiners.ToList()
+                | "DropIdentical" >> beam.ParDo(DropIdentical(spec), claim=side["claim"])
+            )
+        key_indexes = (
+            shards
+            | "BySplit" >> beam.Map(lambda note: (note["split"], note))
+            | "GroupBySplit" >> beam.GroupByKey()
+            | "KeyIndex" >> beam.ParDo(MergeKeyIndex(spec), claim=side["claim"])
+        )
+        return (
+            shards
+            | "ShardNotes" >> beam.combiners.ToList()
+            | "Finalize" >> beam.ParDo(_Finalize(spec), key_indexes=beam.pvalue.AsList(key_indexes), **side)
+        )
 
 
 __all__ = ["BuildDataset"]

@@ -21,15 +21,55 @@ from apache_beam.metrics import Metrics
 
 from tfrecord_io import files
 from tfrecord_io.beam_sink import DEFAULT_SHARD_NAME_TEMPLATE, shard_name
+from tfrecord_io.framing import FRAME_OVERHEAD
 from tfrecord_io.index import index_path_for
-from tfrecord_io.pipelines.build import commit
-from tfrecord_io.pipelines.build.rows import Resolver, _json_default, canonical, unpack
+from tfrecord_io.key_index import KeyIndexWriter, content_hash
+from tfrecord_io.pipelines.build import commit, dedup
+from tfrecord_io.pipelines.build.rows import Resolver, _json_default, canonical, row_key, unpack
 from tfrecord_io.pipelines.build.spec import BuildSpec
 from tfrecord_io.pipelines.runtime import dataset_dir
 from tfrecord_io.pipelines.runtime.progress import CountProgress
 from tfrecord_io.writer import RecordWriter
 
 WRITE_BATCH = 64
+
+
+class ShardKeys:
+    """The key index entries of one shard as its records are written: each record's key,
+    frame offset, length and content hash; written sorted by key into a part file that
+    the split's merge stage (``key_index_stage``) reads."""
+
+    def __init__(self, key_column: Optional[str]):
+        self._key_column = key_column
+        self.keys: List[bytes] = []
+        self.offsets: List[int] = []
+        self.lengths: List[int] = []
+        self.hashes: List[bytes] = []
+        self._pos = 0
+
+    def add(self, row: Dict[str, Any], data: bytes) -> None:
+        self.keys.append(row_key(row, self._key_column).encode("utf-8"))
+        self.offsets.append(self._pos)
+        self.lengths.append(len(data))
+        self.hashes.append(content_hash(data))
+        self._pos += len(data) + FRAME_OVERHEAD
+
+    def write(self, path: str, shard: int) -> str:
+        order = sorted(range(len(self.keys)), key=self.keys.__getitem__)
+        writer = KeyIndexWriter(path)
+        try:
+            writer.add_many(
+                [self.keys[i] for i in order],
+                [shard] * len(order),
+                [self.offsets[i] for i in order],
+                [self.lengths[i] for i in order],
+                b"".join(self.hashes[i] for i in order),
+            )
+            writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        return path
 
 
 def dataset_shard_name(name: str, split: str, shard: int, num_shards: int, compression: str) -> str:
@@ -122,7 +162,7 @@ class WriteShard(beam.DoFn):
 
     def _encode(
         self, rows: List[Dict[str, Any]], rejected: List[str], modes: Optional[Dict[str, set]] = None
-    ) -> Iterable[bytes]:
+    ) -> Iterable[Tuple[Dict[str, Any], bytes]]:
         """Each row's Example, or its rejection (into ``rejected``); the image modes
         written into ``modes`` (column -> set). Counting is left to the caller, per
         batch: a metric's ``inc`` per row costs more than a row's plan."""
@@ -161,7 +201,7 @@ class WriteShard(beam.DoFn):
                 )
                 self._rejected.add(1)
                 continue
-            yield data
+            yield row, data
 
     def _write(self, split: str, shard: int, num_shards: int, rows: List[Dict[str, Any]]) -> Dict[str, Any]:
         spec = self._spec
@@ -180,9 +220,12 @@ class WriteShard(beam.DoFn):
         modes: Dict[str, set] = {col: set() for col, _ in self._watched_images()}
         records = 0
         self.rows_in.inc(len(rows))
+        rows, duplicates = dedup.by_key(rows, spec.key_column, spec.dedup, split, shard)
+        keys = ShardKeys(spec.key_column)
         try:
             batch: List[bytes] = []
-            for data in self._encode(rows, rejected, modes):
+            for row, data in self._encode(rows, rejected, modes):
+                keys.add(row, data)
                 batch.append(data)
                 if len(batch) >= WRITE_BATCH:
                     writer.write_records(batch)
@@ -200,6 +243,7 @@ class WriteShard(beam.DoFn):
         except BaseException:
             writer.abort()
             raise
+        key_part = keys.write(commit.key_part(spec.version_dir, split, shard), shard)
         if rejected:
             rejected.sort()
             files.write_bytes(
@@ -218,4 +262,7 @@ class WriteShard(beam.DoFn):
             "sha256": writer.sha256,
             "rejected": len(rejected),
             "image_modes": {col: sorted(seen) for col, seen in modes.items()},
+            "duplicates": len(duplicates),
+            "duplicate_examples": duplicates[:5],
+            "key_part": key_part,
         }

@@ -353,8 +353,15 @@ def _summary(inp: ReportInput, result: JobResult, columns: List[ReportColumn]) -
     if info:
         out.append(
             f'<p class="counts">rows in: <b>{_num(info.get("rows_in"))}</b> &middot; written: '
-            f"<b>{_num(info.get('records'))}</b> &middot; rejected: <b>{_num(info.get('rejected'))}</b></p>"
+            f"<b>{_num(info.get('records'))}</b> &middot; rejected: <b>{_num(info.get('rejected'))}</b>"
+            + (
+                f" &middot; duplicates dropped: <b>{_num(info.get('duplicates'))}</b> (dedup: {_e(str(info.get('dedup')))})"
+                if info.get("duplicates")
+                else ""
+            )
+            + "</p>"
         )
+        out.extend(_changes(info))
     label = label_column(columns)
     if label is not None and result.splits:
         splits = split_order(result.splits)
@@ -543,6 +550,22 @@ def _split_section(split: str, stats: Dict[str, Any], groups: Mapping[Any, list]
         out.append(_samples(split, groups, columns))
     out.append("</section>")
     return "".join(out)
+
+
+def _changes(info: Dict[str, Any]) -> List[str]:
+    """What an append or a remove changed since the version before (``info["changes"]``,
+    from the key indexes: ``tfrecord_io.pipelines.diff``)."""
+    changes = info.get("changes")
+    if not changes:
+        return []
+    rows = []
+    for split, c in sorted((changes.get("splits") or {}).items()):
+        rows.append([split, f"{c['added']:,}", f"{c['removed']:,}", f"{c['changed']:,}", f"{c.get('carried', 0):,}"])
+    head = (
+        f'<p class="counts">{_e(str(changes.get("operation")))} on version <b>{_e(str(changes.get("base")))}</b>: '
+        f"{_num(changes.get('shards_carried'))} shards carried unchanged, {_num(changes.get('shards_written'))} written</p>"
+    )
+    return [head, _table(["split", "added", "removed", "changed", "unchanged"], rows, "changes")]
 
 
 def _rejected(inp: ReportInput, result: JobResult) -> str:

@@ -462,6 +462,16 @@ def verify_version(version_dir: str, info: Dict[str, Any]) -> List[str]:
                 problems.append(f"{path}: {size} bytes, tfrecord_io_info.json says {shard['bytes']}")
             elif sha256_file(path) != shard["sha256"]:
                 problems.append(f"{path}: SHA-256 differs from tfrecord_io_info.json")
+        key_index = entry.get("key_index")
+        if key_index:
+            path = files.join(version_dir, key_index["path"])
+            try:
+                size = files.file_size(path)
+            except (FileNotFoundError, OSError):
+                problems.append(f"{path}: missing")
+                continue
+            if size != key_index["bytes"] or sha256_file(path) != key_index["sha256"]:
+                problems.append(f"{path}: size or SHA-256 differs from tfrecord_io_info.json")
     return problems
 
 
