@@ -175,7 +175,7 @@ def _snapshot(root: str) -> Dict[str, Tuple[int, int, int]]:
 
 def _assert_one_whole_version(out: str, version: str) -> None:
     """LATEST names ``version``; it holds exactly the files its dataset_info.json lists
-    (shards with matching SHA-256, their indexes, the rejected rows) and nothing else;
+    (shards with matching SHA-256, their indexes, each split's key index, the rejected rows) and nothing else;
     the dataset root holds nothing but LATEST and that version."""
     assert dataset_dir.read_latest(out) == version
     assert sorted(os.listdir(out)) == sorted([dataset_dir.LATEST_NAME, version])
@@ -189,6 +189,9 @@ def _assert_one_whole_version(out: str, version: str) -> None:
             assert dataset_dir.sha256_file(os.path.join(version_dir, shard["path"])) == shard["sha256"]
             expected.add(shard["path"])
             expected.add(shard["index"])
+        key_index = split["key_index"]  # each split's key index (lookup, append, diff), checksummed too
+        assert dataset_dir.sha256_file(os.path.join(version_dir, key_index["path"])) == key_index["sha256"]
+        expected.add(key_index["path"])
     present = {os.path.relpath(os.path.join(d, f), version_dir) for d, _, files in os.walk(version_dir) for f in files}
     assert present == expected, f"unexpected: {sorted(present - expected)}; missing: {sorted(expected - present)}"
 

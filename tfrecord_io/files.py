@@ -620,7 +620,8 @@ def stat_many(paths: List[str], s3_listings: Any = None) -> Dict[str, Optional[T
             if client is not None:
                 from . import s3_listing
 
-                out.update(s3_listing.stat_under(*client, wanted, s3_listings))
+                with refusals(parent + "/"):
+                    out.update(s3_listing.stat_under(*client, wanted, s3_listings))
                 continue
             found = {}
             for meta in match([parent + "/*"])[0].metadata_list:

@@ -514,7 +514,9 @@ class _ListGroups(beam.DoFn):
                 return
             from tfrecord_io import s3_listing
 
-            yield from (name for name in s3_listing.folders(*client) if not name.startswith("."))
+            with files.refusals(root):
+                names = s3_listing.folders(*client)
+            yield from (name for name in names if not name.startswith("."))
             return
         with os.scandir(root) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
