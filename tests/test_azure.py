@@ -100,7 +100,7 @@ def test_build_validate_and_torch_read_on_azfs(az_env, az_container, media):
         split: info["splits"][split]["records"] for split in ("train", "test")
     }
     assert sum(len(r) for r in rows.values()) == ROWS
-    labels = sorted(int(row["label"]) for r in rows.values() for row in r)
+    labels = sorted(row["label"].item() for r in rows.values() for row in r)  # each a 1-element array
     assert labels == [0] * (ROWS // 2) + [1] * (ROWS // 2), labels
     from PIL import Image
 

@@ -628,16 +628,23 @@ def test_a_worker_killed_during_a_build(cluster, target, s3_server, s3_bucket, s
         # connecting back hangs the job: Beam's ExternalEnvironmentFactory waits for that
         # connection without a time limit -- see the README.)
         # And settled: every process the pool started is a connected SDK worker (none
-        # between StartWorker and connecting back), twice, a second apart.
+        # between StartWorker and connecting back), twice, 0.2 s apart.
         pool_pid = cluster.process("pool-2")["pid"]
         deadline = time.monotonic() + 300
         settled = 0
+        seen = []  # (connected, alive, children) of worker 2's pool, as it changed: for the message
         while settled < 2:
-            assert build.poll() is None, f"the build ended before worker 2 ran it: {build.communicate()}"
+            assert build.poll() is None, f"the build ended before worker 2 ran it (pool-2: {seen}): {build.communicate()}"
             assert time.monotonic() < deadline, "worker 2's pool never got a connected SDK worker"
             connected = _connected_sdk_workers(pool_pid)
-            settled = settled + 1 if connected and len(connected) == len(processes.children(pool_pid)) else 0
-            time.sleep(1 if settled == 1 else 0.1)
+            # (an SDK worker that exited and is not reaped yet counts as none of them)
+            alive = [p for p in processes.children(pool_pid) if processes.running(p)]
+            state = (len(connected), len(alive), len(processes.children(pool_pid)))
+            if not seen or seen[-1] != state:
+                seen.append(state)
+            settled = settled + 1 if connected and len(connected) == len(alive) else 0
+            # (a Spark stage's SDK worker may live well under a second on a busy machine)
+            time.sleep(0.2 if settled == 1 else 0.05)
         assert build.poll() is None, "the build was over before the kill"
         killed = _kill(cluster, target)
         stdout, stderr = build.communicate(timeout=600)

@@ -55,7 +55,9 @@ def test_a_runner_configs_options_win_over_the_size():
     }
     assert _direct(beam_args(section, [], small_input=True)) == ("multi_processing", 2)
     # another runner takes none of the direct runner's options
-    flags = beam_args({"runner": "FlinkRunner", "options": {"flink_master": "[local]"}}, [], small_input=True)
+    # (a running job server's endpoint: the flags need no job-server jar in the cache)
+    flink = {"runner": "FlinkRunner", "options": {"flink_master": "[local]", "job_endpoint": "localhost:8099"}}
+    flags = beam_args(flink, [], small_input=True)
     assert not [f for f in flags if f.startswith("--direct_")]
 
 
