@@ -39,7 +39,7 @@ def test_only_jobs_whose_workers_install_the_package_note_it():
     assert not install(PipelineOptions(["--environment_type=LOOPBACK"]))
     assert install(PipelineOptions(["--setup_file=./setup.py"]))
     assert install(PipelineOptions(["--extra_package=dist/x.whl"]))
-    assert install(PipelineOptions(["--sdk_container_image=tfrecord-io:0.1.0"]))
+    assert install(PipelineOptions(["--sdk_container_image=tfrecord-io:0.2.0"]))
     assert install(PipelineOptions(["--environment_type=PROCESS", '--environment_config={"command": "boot"}']))
     assert install(PipelineOptions(["--runner=DataflowRunner"]))
 

@@ -3,4 +3,4 @@
 ``tfrecord_io.__version__`` and written by the build job into ``tfrecord_io_info.json`` as
 ``tool_version``."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
