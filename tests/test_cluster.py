@@ -634,7 +634,9 @@ def test_a_worker_killed_during_a_build(cluster, target, s3_server, s3_bucket, s
         settled = 0
         seen = []  # (connected, alive, children) of worker 2's pool, as it changed: for the message
         while settled < 2:
-            assert build.poll() is None, f"the build ended before worker 2 ran it (pool-2: {seen}): {build.communicate()}"
+            assert build.poll() is None, (
+                f"the build ended before worker 2 ran it (pool-2: {seen}): {build.communicate()}"
+            )
             assert time.monotonic() < deadline, "worker 2's pool never got a connected SDK worker"
             connected = _connected_sdk_workers(pool_pid)
             # (an SDK worker that exited and is not reaped yet counts as none of them)
