@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 from typing import Iterator, List, Optional
 
@@ -333,6 +334,11 @@ def _main(argv: Optional[List[str]] = None) -> int:
                 file=log.terminal,
             )
             return EXIT_USAGE
+        except BrokenPipeError as err:
+            if args.command in READS_ONLY and _stdout_reader_gone():
+                return _output_reader_gone(log, err)
+            # a worker's or a server's connection, or a writing job's output: a failure like any other
+            return _failed(args, log, err)
         except Exception as err:  # noqa: BLE001 - every failure ends in a block: a refusal in its own, the rest in _failed
             refused = access_refused(err, log.thread_errors) if log.terminated_by is None else None
             if refused is None:
@@ -349,6 +355,42 @@ def _main(argv: Optional[List[str]] = None) -> int:
             return EXIT_USAGE
         except (KeyboardInterrupt, Terminated, WorkerDied) as err:
             return _failed(args, log, err)
+
+
+#: Commands that only read: ``tfrecord-io inspect ... | head`` ends as a Unix tool does.
+READS_ONLY = ("inspect", "lookup", "diff", "validate")
+#: Exit status of a command whose output's reader went away: a Unix tool killed by
+#: SIGPIPE ends with 128 + 13.
+EXIT_OUTPUT_CLOSED = 128 + 13
+
+
+def _stdout_reader_gone() -> bool:
+    """Has whoever reads our stdout (a pipe) closed it? (poll reports POLLERR on a pipe's
+    write end once its read end is closed.)"""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)  # error events are always reported
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll(), or stdout is not a file
+        return False
+
+
+def _output_reader_gone(log, err: BrokenPipeError) -> int:
+    """``tfrecord-io inspect ... | head``: the reader of a read-only command's output went
+    away. As a Unix tool does on SIGPIPE, the command stops with status 141, without a
+    failure block or traceback (its user has the lines they wanted; nothing was written);
+    the log keeps the traceback. (A writing job whose output's reader goes away fails as
+    any job does, with the state it left.)"""
+    from tfrecord_io.pipelines.runtime.failures import format_exception, stop_children
+
+    log.record(format_exception(err))
+    log.stopping = True
+    stop_children()
+    devnull = os.open(os.devnull, os.O_WRONLY)  # the final flush must not raise again
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_OUTPUT_CLOSED
 
 
 def _failed(args, log, err: BaseException) -> int:
