@@ -379,3 +379,26 @@ def test_an_object_replaced_while_read_is_an_error_naming_it(built, gcs_fs):
         for _ in it:
             pass
     assert shard in str(err.value), err.value
+
+
+# ---------------------------------------------------------------- a bucket that does not exist
+
+
+def test_a_gcs_bucket_that_does_not_exist_is_exit_2_at_once_naming_it(gcs_env, images, tmp_path):
+    """Reading from, or building into, a gs:// bucket that does not exist: exit 2 within
+    seconds, naming the bucket, with nothing written (not "no file matches", not Beam's
+    retries until the storage timeout)."""
+    missing = "gs://no-such-bucket-" + os.urandom(4).hex()
+    for args in (
+        ["validate", missing + "/ds"],
+        ["inspect", missing + "/data-*.tfrecord"],
+        ["build", _config(tmp_path / "b.yaml", str(images), missing + "/ds")],
+    ):
+        start = time.monotonic()
+        proc = run_cli(*args, "--no-progress", *IN_PROCESS, timeout=180)
+        seconds = time.monotonic() - start
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert missing.split("//")[1] in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert seconds < 30, (args, seconds)
+    client = gcs_env.client()
+    assert missing.split("//")[1] not in [b.name for b in client.list_buckets()]

@@ -74,6 +74,11 @@ _NO_BUCKET_CODES = {"NoSuchBucket", "ContainerNotFound", "ContainerBeingDeleted"
 # "An error occurred (SignatureDoesNotMatch) when calling the ListObjectsV2 operation: ..."
 _BOTO_MESSAGE = re.compile(r"An error occurred \((?P<code>[\w.]+)\) when calling the (?P<op>\w+) operation")
 _AZURE_CODE = re.compile(r"ErrorCode:\s*(?P<code>\w+)")
+# google-cloud-storage's NotFound names the request: a 404 for a bucket's own resource
+# ("GET .../storage/v1/b/BUCKET?...") or its object listing ("GET .../b/BUCKET/o?...": an
+# existing bucket lists nothing rather than 404) means the bucket does not exist; a 404
+# for an object ("/b/BUCKET/o/NAME") is a missing object, not a refusal.
+_GCS_BUCKET_NOT_FOUND = re.compile(r"/storage/v1/b/[^/?\s]+(/o)?(\?|:|\s|$)")
 _NO_CREDENTIALS_TEXT = (
     "Unable to locate credentials",  # botocore
     "Partial credentials found",  # botocore
@@ -230,6 +235,8 @@ def _classify_one(err: BaseException) -> Optional[tuple]:
     if name == "ClientAuthenticationError":  # azure.core: 401/403
         code = str(getattr(err, "error_code", "") or "")
         return ("denied" if code in _DENIED_CODES else "refused"), _detail(err)
+    if name == "NotFound" and type(err).__module__.startswith("google.") and _GCS_BUCKET_NOT_FOUND.search(text):
+        return "no_bucket", _detail(err)
     response = getattr(err, "response", None)
     status = status_of(err)
     code = ""
