@@ -233,3 +233,71 @@ def test_append_and_remove_usage_errors(base):
     proc = _build(_config(tmp_path, tmp_path / "m1.jsonl", str(empty)), "--append")
     assert proc.returncode == 2 and "no published version to append to" in proc.stderr
     assert dataset_dir.read_latest(out) == "v1"
+
+
+def _write_rows(path, rows):
+    with open(path, "w") as f:
+        for i, text in rows:
+            f.write(json.dumps({"id": i, "text": text, "label": 1}) + "\n")
+    return str(path)
+
+
+def test_append_with_dedup_content_drops_rows_identical_to_the_base_or_to_each_other(tmp_path):
+    out = str(tmp_path / "out")
+    columns = {"text": "text", "label": {"encoder": "int"}}  # the key is not in the Example
+    rows = [(i, f"t{i}") for i in range(18)] + [(18, "dup"), (19, "dup")]
+    proc = _build(_config(tmp_path, _write_rows(tmp_path / "m1.jsonl", rows), out, columns=columns), "--version", "v1")
+    assert proc.returncode == 0, proc.stderr
+    appended = [
+        (100, "t5"),  # the base's 5
+        (101, "new"),
+        (102, "new"),  # 101's: 101 sorts first, kept
+        (103, "dup"),  # the base's 18 and 19: 18 (first by key) is named
+        (104, "t104"),
+        (7, "t7"),  # replaces 7 with the same content: the replaced row is not compared against
+    ]
+    config = _config(tmp_path, _write_rows(tmp_path / "m2.jsonl", appended), out, columns=columns, dedup="content")
+    proc = _build(config, "--append", "--on-existing", "replace", "--version", "v2")
+    assert proc.returncode == 0, proc.stderr
+    assert "rows in: 6   written: 3   rejected: 0   duplicates dropped: 3 (dedup: content)" in proc.stdout, proc.stdout
+    info = dataset_dir.load_info(os.path.join(out, "v2"))
+    assert info["rows_in"] == 6 and info["duplicates"] == 3 and info["dedup"] == "content"
+    assert info["records"] == 20 + 2  # 101 and 104 added, 7 replaced
+    named = sorted((d["key"], d["kept_key"], d.get("kept_in")) for d in info["duplicate_examples"])
+    assert named == [("100", "5", "v1"), ("102", "101", None), ("103", "18", "v1")]
+    assert sum(s["added"] for s in info["changes"]["splits"].values()) == 2
+    assert dataset_dir.verify_version(os.path.join(out, "v2"), info) == []
+    with tfrecord_io.open_dataset(out) as ds:
+        for key in ("100", "102", "103"):
+            assert ds.get(key) is None
+        for key, text in (("101", "new"), ("104", "t104"), ("7", "t7"), ("5", "t5"), ("18", "dup"), ("19", "dup")):
+            got = ds.get(key)["text"]
+            assert (got if isinstance(got, bytes) else got[0]) == text.encode(), key
+    d = diff_versions(out, "v1", "v2")
+    assert sorted(k for s in d["splits"].values() for k in s["added"]) == ["101", "104"]
+    assert not any(s["removed"] for s in d["splits"].values())
+
+
+def test_content_dedup_drops_only_rows_whose_bytes_match_not_just_their_hash():
+    from tfrecord_io.pipelines.build.content_dedup import BASE, _Row, same_content
+
+    content = {b"b1x": b"x", b"b1": b"x", b"b2": b"y", b"n1": b"y", b"n2": b"z", b"n3": b"z", b"n4": b"w"}
+    reads = []
+
+    def read(row):
+        reads.append(row.key)
+        return content[row.key]
+
+    def row(key, note):
+        return _Row(key, "shard", 0, 1, note)
+
+    # every row under one content hash (a collision): only equal bytes make a duplicate
+    pairs = same_content(
+        [row(b"b1", BASE), row(b"b2", BASE)], [row(b"n1", 0), row(b"n2", 1), row(b"n3", 1), row(b"n4", 2)], read
+    )
+    assert sorted((d.key, k.key) for d, k in pairs) == [(b"n1", b"b2"), (b"n3", b"n2")]
+    # no collision: one base row read, however many the base holds
+    content[b"n9"] = b"x"
+    reads.clear()
+    pairs = same_content([row(b"b1", BASE), row(b"b1x", BASE)], [row(b"n9", 0)], read)
+    assert [(d.key, k.key) for d, k in pairs] == [(b"n9", b"b1")] and sorted(reads) == [b"b1", b"n9"]

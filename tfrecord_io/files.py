@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import io
 import os
+import sys
 import threading
 import time
 import zlib
@@ -86,6 +87,14 @@ def beam_filesystems():
     # credentials an error at once (see tfrecord_io/gcs_clients.py).
     gcs_clients.install()
     return FileSystems
+
+
+def filesystem_options() -> Any:
+    """The pipeline options Beam's ``FileSystems`` were given in this process (``--no_auth``
+    and the like, for the package's own reads of remote objects), or None when Beam is not
+    loaded or none were set. Does not import Beam."""
+    module = sys.modules.get("apache_beam.io.filesystems")
+    return getattr(getattr(module, "FileSystems", None), "_pipeline_options", None)
 
 
 def _local(path: str) -> str:

@@ -32,6 +32,14 @@ the launcher and in every worker before its first remote path): it wraps Beam's
 
 Reading a public bucket without credentials therefore needs ``--no_auth`` (or the
 environment variable): said in the error and in the README.
+
+:func:`read_range` is this package's own ranged read of a ``gs://`` object (a key index
+block, one record: ``key_index``/``keyed_dataset``'s look-ups), through the same
+google-cloud-storage client library Beam uses, with the same choice of credentials. Why
+not Beam's ``FileSystems.open``: its reader fetches the object's metadata on open and then
+reads whole buffers of up to 16 MB from the position asked for, so a 15 KB probe of a
+key index or a record of a large shard downloaded megabytes; here it is one GET with a
+``Range`` header of exactly the bytes wanted.
 """
 
 from __future__ import annotations
@@ -57,6 +65,8 @@ _installed = False
 # (process id, credential variables) -> the reason google.auth.default found nothing,
 # or None when it found credentials
 _probed: Dict[Any, Optional[str]] = {}
+# (process id, anonymous, emulator endpoint) -> google-cloud-storage client for read_range
+_clients: Dict[Any, Any] = {}
 
 
 def anonymous(options: Any) -> bool:
@@ -141,4 +151,55 @@ def install() -> None:
         _installed = True
 
 
-__all__ = ["ANONYMOUS_ENV", "EMULATOR_ENV", "anonymous", "install", "require_default_credentials"]
+def storage_client(options: Any = None) -> Any:
+    """A google-cloud-storage client of this process for :func:`read_range`: anonymous when
+    :func:`anonymous` says so (an emulator in ``STORAGE_EMULATOR_HOST`` is then used, as
+    the library does), else with Google's default credentials (an error at once when there
+    are none). One per process: a client holds a pool of connections."""
+    anon = anonymous(options)
+    if not anon:
+        require_default_credentials()
+    key = (os.getpid(), anon, os.environ.get(EMULATOR_ENV))
+    with _lock:
+        client = _clients.get(key)
+        if client is None:
+            try:
+                import google.cloud.storage as storage
+            except ImportError:
+                raise StorageAccessError(
+                    "gs:// needs google-cloud-storage: pip install 'tfrecord-io[gcp]'", "gs://"
+                ) from None
+            client = storage.Client.create_anonymous_client() if anon else storage.Client()
+            _clients[key] = client
+    return client
+
+
+def read_range(url: str, start: int, end: int, options: Any = None) -> bytes:
+    """Bytes ``[start, end)`` of the object at ``url`` (``gs://bucket/name``): one GET with
+    a ``Range`` header, stored bytes as they are (no decompressive transcoding), retried
+    by the library on transient errors. A refusal (credentials, no such bucket, access
+    denied) is raised as :class:`StorageAccessError`."""
+    from . import storage_errors
+
+    if end <= start:
+        return b""
+    bucket, _, name = url[len("gs://") :].partition("/")
+    try:
+        blob = storage_client(options).bucket(bucket).blob(name)
+        # checksum=None: a part of an object has no hash of its own to check against;
+        # the callers check what they read (CRC32C of a block, CRCs of a frame)
+        return bytes(blob.download_as_bytes(start=start, end=end - 1, raw_download=True, checksum=None))
+    except Exception as err:
+        storage_errors.raise_access_error(err, url)
+        raise
+
+
+__all__ = [
+    "ANONYMOUS_ENV",
+    "EMULATOR_ENV",
+    "anonymous",
+    "install",
+    "read_range",
+    "require_default_credentials",
+    "storage_client",
+]

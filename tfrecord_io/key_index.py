@@ -303,12 +303,16 @@ def write_key_index(path: str, entries: Iterable[Entry]) -> KeyIndexWriter:
 
 
 class _Source:
-    """Positioned reads of one file: ``os.pread`` locally, one ranged GET on S3 (the
-    size known from ``tfrecord_io_info.json``, so no HEAD), Beam's filesystems elsewhere."""
+    """Positioned reads of one file: ``os.pread`` locally, one ranged GET on S3 and on GCS
+    (the size known from ``tfrecord_io_info.json``, so no HEAD or metadata GET; on GCS
+    through google-cloud-storage, ``gcs_clients.read_range``), Beam's filesystems elsewhere."""
 
-    def __init__(self, path: str, size: Optional[int] = None, data: Optional[bytes] = None):
+    def __init__(
+        self, path: str, size: Optional[int] = None, data: Optional[bytes] = None, via_filesystems: bool = False
+    ):
         self.path = path
         self._data = data
+        self._via_filesystems = via_filesystems
         self.size = len(data) if data is not None else size
         self._fd: Optional[int] = None
         self._pid = os.getpid()
@@ -329,12 +333,16 @@ class _Source:
             if self._fd is None:
                 self._fd = os.open(files._local(self.path), os.O_RDONLY)
             data = os.pread(self._fd, size, offset)
-        elif self.path.startswith("s3://"):
+        elif self.path.startswith("s3://") and not self._via_filesystems:
             from . import remote_reader
 
             if self._obj is None:
                 self._obj = remote_reader.RemoteObject(self.path, int(cast(int, self.size)), "")
             data = remote_reader.read_range(self._obj, offset, offset + size)
+        elif self.path.startswith("gs://") and not self._via_filesystems:
+            from . import gcs_clients
+
+            data = gcs_clients.read_range(self.path, offset, offset + size, files.filesystem_options())
         else:
             if self._handle is None:
                 self._handle = files.open_raw(self.path, "rb")
@@ -357,11 +365,16 @@ class KeyIndexReader:
     """Probes and scans of one key index. Opening reads the footer (one read from the
     end); :meth:`get` then costs one read of one block. ``size``: the file's size when
     known (``tfrecord_io_info.json``: no stat, no HEAD); ``data``: the whole file, already
-    read (a Beam worker reads it through Beam's filesystems, with the job's credentials)."""
+    read (a Beam worker reads it through Beam's filesystems, with the job's credentials);
+    ``via_filesystems``: a remote file read through Beam's filesystems rather than ranged
+    GETs of our own (which take boto3's or Google's usual credentials, not the job's
+    ``--s3_*`` options): for whole scans by a command given pipeline flags (``diff``)."""
 
-    def __init__(self, path: str, size: Optional[int] = None, data: Optional[bytes] = None):
+    def __init__(
+        self, path: str, size: Optional[int] = None, data: Optional[bytes] = None, via_filesystems: bool = False
+    ):
         self.path = path
-        self._src = _Source(path, size, data)
+        self._src = _Source(path, size, data, via_filesystems)
         total = int(cast(int, self._src.size))
         if total < TRAILER.size:
             raise KeyIndexError(f"not a key index: {total} bytes, shorter than its trailer", path)

@@ -27,7 +27,9 @@ def _stream(version_dir: str, note: Optional[Dict[str, Any]]) -> Iterator[Tuple[
     """``(key, content hash)`` of a split's key index, in key order (nothing without one)."""
     if not note:
         return
-    with KeyIndexReader(files.join(version_dir, note["path"]), size=int(note["bytes"])) as reader:
+    # through Beam's filesystems: the command's --s3_* / GCS flags apply, as to every job
+    path = files.join(version_dir, note["path"])
+    with KeyIndexReader(path, size=int(note["bytes"]), via_filesystems=True) as reader:
         for blk in reader.blocks_in_order():
             hashes = blk.hashes
             for i, key in enumerate(blk.keys):

@@ -104,5 +104,8 @@ def run_derive(
 
         log("\n".join(write_build_report(version_dir, options, progress=progress).lines()))
     summary = BuildSummary.from_info(version_dir, info, time.monotonic() - started, reused=False)
+    # the rows this run wrote (the version's records are the base's plus these, less removed
+    # ones): so that rows in = written + rejected + duplicates (+ skipped) in the summary too
+    summary.written = int((info.get("changes") or {}).get("written", summary.written))
     summary.changes = derive.summary_lines(info)
     return summary
