@@ -86,7 +86,11 @@ def test_a_stopped_store_fails_a_request_within_the_timeout_naming_it(own_s3, s3
                 call()
             took = time.monotonic() - started
             message = str(caught.value)
-            assert took < TIMEOUT_S + 15, f"{took:.0f}s: {message}"
+            # the first attempt (not counted: the timeout runs from the first failure), the
+            # timeout, and one attempt past it: a refused connection's attempt is ~7 s of
+            # boto3's own retries on an idle machine, up to ~15 s on CI's loaded one (seen:
+            # 43 s in all); Beam alone retries for 318-635 s
+            assert took < TIMEOUT_S + 30, f"{took:.0f}s: {message}"
             assert f"{own_s3.endpoint}/{bucket}/object" in message and doing in message, message
             assert f"storage timeout of {TIMEOUT_S}s" in message and "Could not connect" in message, message
             assert events and all(e["store"] == f"{own_s3.endpoint}/{bucket}/object" for e in events), events
