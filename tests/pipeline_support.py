@@ -102,3 +102,33 @@ def wait_for_file(element: Any, path: str, timeout: float = 300.0) -> Any:
     while not os.path.exists(path) and time.monotonic() < deadline:
         time.sleep(0.05)
     return element
+
+
+def write_rows_manifest(path, ids) -> None:
+    """A JSON-lines manifest of rows ``{"id": i, "text": "t<i>"}`` for ``ids``: the small
+    keyed dataset of the grow tests on object stores (tests/test_grow_s3.py, _gcs.py)."""
+    import json
+
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps({"id": i, "text": f"t{i}"}) + "\n" for i in ids))
+
+
+def write_rows_config(tmp_path, name: str, out: str) -> tuple:
+    """The build config of those rows (key ``id``, two splits, two shards) writing to
+    ``out``, over ``tmp_path/m.jsonl`` with ids 0-59: (manifest path, config path)."""
+    import yaml
+
+    manifest = tmp_path / "m.jsonl"
+    write_rows_manifest(manifest, range(60))
+    cfg = {
+        "name": name,
+        "input": {"manifest": str(manifest)},
+        "key": "id",
+        "columns": {"id": "int", "text": "text"},
+        "splits": {"train": 0.5, "test": 0.5},
+        "sharding": {"num_shards": 2},
+        "output": {"dir": out},
+    }
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    return manifest, config

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -14,7 +13,7 @@ from tfrecord_io import files, gcs_clients
 from tfrecord_io.keyed_dataset import open_dataset
 from tfrecord_io.pipelines.runtime import dataset_dir
 
-from tests.pipeline_support import IN_PROCESS, cli_env, run_cli
+from tests.pipeline_support import IN_PROCESS, cli_env, run_cli, write_rows_config, write_rows_manifest
 
 pytestmark = pytest.mark.gcs
 
@@ -22,19 +21,7 @@ pytestmark = pytest.mark.gcs
 def test_lookup_append_remove_and_diff_on_gcs(gcs_env, gcs_bucket, tmp_path, monkeypatch):
     FileSystems.set_options(PipelineOptions([]))
     out = f"{gcs_bucket}/ds"
-    manifest = tmp_path / "m.jsonl"
-    manifest.write_text("".join(json.dumps({"id": i, "text": f"t{i}"}) + "\n" for i in range(60)))
-    cfg = {
-        "name": "gsrows",
-        "input": {"manifest": str(manifest)},
-        "key": "id",
-        "columns": {"id": "int", "text": "text"},
-        "splits": {"train": 0.5, "test": 0.5},
-        "sharding": {"num_shards": 2},
-        "output": {"dir": out},
-    }
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump(cfg))
+    manifest, config = write_rows_config(tmp_path, "gsrows", out)
     env = cli_env(**gcs_env.env())
     flags = ["--no-progress", *IN_PROCESS]
     proc = run_cli("build", str(config), "--version", "v1", *flags, env=env)
@@ -59,7 +46,7 @@ def test_lookup_append_remove_and_diff_on_gcs(gcs_env, gcs_bucket, tmp_path, mon
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["example"]["text"] == "t5"
     # append: base shards copied server-side (same bytes, same SHA-256), new rows in new shards
-    manifest.write_text("".join(json.dumps({"id": i, "text": f"t{i}"}) + "\n" for i in range(60, 70)))
+    write_rows_manifest(manifest, range(60, 70))
     proc = run_cli("build", str(config), "--append", "--version", "v2", *flags, env=env)
     assert proc.returncode == 0, proc.stderr
     v1 = dataset_dir.load_info(f"{out}/v1")

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 
-import yaml
-
 from tfrecord_io import files, remote_reader
 from tfrecord_io.keyed_dataset import open_dataset
 from tfrecord_io.pipelines.runtime import dataset_dir
 
-from tests.pipeline_support import IN_PROCESS, cli_env, run_cli
+from tests.pipeline_support import IN_PROCESS, cli_env, run_cli, write_rows_config, write_rows_manifest
 
 
 def test_lookup_append_remove_and_diff_on_s3(s3_server, s3_bucket, s3_options, tmp_path, monkeypatch):
@@ -18,19 +16,7 @@ def test_lookup_append_remove_and_diff_on_s3(s3_server, s3_bucket, s3_options, t
         monkeypatch.setenv(name, value)
     remote_reader.reset_client()
     out = f"{s3_bucket}/ds"
-    manifest = tmp_path / "m.jsonl"
-    manifest.write_text("".join(json.dumps({"id": i, "text": f"t{i}"}) + "\n" for i in range(60)))
-    cfg = {
-        "name": "s3rows",
-        "input": {"manifest": str(manifest)},
-        "key": "id",
-        "columns": {"id": "int", "text": "text"},
-        "splits": {"train": 0.5, "test": 0.5},
-        "sharding": {"num_shards": 2},
-        "output": {"dir": out},
-    }
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump(cfg))
+    manifest, config = write_rows_config(tmp_path, "s3rows", out)
     env = cli_env(**s3_server.env())
     flags = ["--no-progress", *IN_PROCESS, *s3_server.pipeline_args()]
     proc = run_cli("build", str(config), "--version", "v1", *flags, env=env)
@@ -46,7 +32,7 @@ def test_lookup_append_remove_and_diff_on_s3(s3_server, s3_bucket, s3_options, t
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["example"]["text"] == "t5"
     # append: base shards copied server-side (same bytes, same SHA-256), new rows in new shards
-    manifest.write_text("".join(json.dumps({"id": i, "text": f"t{i}"}) + "\n" for i in range(60, 70)))
+    write_rows_manifest(manifest, range(60, 70))
     proc = run_cli("build", str(config), "--append", "--version", "v2", *flags, env=env)
     assert proc.returncode == 0, proc.stderr
     v1 = dataset_dir.load_info(f"{out}/v1")
