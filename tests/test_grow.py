@@ -301,3 +301,37 @@ def test_content_dedup_drops_only_rows_whose_bytes_match_not_just_their_hash():
     reads.clear()
     pairs = same_content([row(b"b1", BASE), row(b"b1x", BASE)], [row(b"n9", 0)], read)
     assert [(d.key, k.key) for d, k in pairs] == [(b"n9", b"b1")] and sorted(reads) == [b"b1", b"n9"]
+
+
+def test_two_appends_started_together_lose_no_row(base):
+    """Two real appends onto v1 started at the same moment (separate processes, no
+    claim faked): whatever the timing, every run that exits 0 has its rows in the
+    version LATEST names at the end (no lost update: the later one built on the
+    earlier's version, or was refused), a refused run exits 2 saying to run it again,
+    and neither leaves a claim that blocks the next append."""
+    from tests.pipeline_support import start_cli
+
+    tmp_path, out = base
+    new_rows = {"a": range(100, 120), "b": range(200, 220)}
+    configs = {
+        name: _config(tmp_path, _write_manifest(tmp_path / f"m_{name}.jsonl", ids, f"{name} {{i}}"), out)
+        for name, ids in new_rows.items()
+    }
+    procs = {name: start_cli("build", cfg, "--append", "--no-progress", *IN_PROCESS) for name, cfg in configs.items()}
+    results = {name: (p.communicate(timeout=600), p.returncode) for name, p in procs.items()}
+    won = [name for name, (_, rc) in results.items() if rc == 0]
+
+    assert won, results
+    for (_, stderr), rc in results.values():
+        if rc != 0:
+            assert rc == 2 and "Traceback" not in stderr, stderr
+            assert "another append or remove onto version" in stderr or "run it again" in stderr, stderr
+    rows = _all(out)
+    expected = set(range(100)).union(*(set(new_rows[name]) for name in won))
+    assert set(rows) == expected, (sorted(set(rows) ^ expected), results)
+    assert all(rows[i][1] == f"{name} {i}" for name in won for i in new_rows[name])
+    assert not os.path.exists(os.path.join(out, "_derive", dataset_dir.read_latest(out), "_BUILDING"))
+    # the dataset takes the next append at once, whichever way the race went
+    proc = _build(_config(tmp_path, _write_manifest(tmp_path / "m_c.jsonl", [500]), out), "--append")
+    assert proc.returncode == 0, proc.stderr
+    assert 500 in _all(out)
