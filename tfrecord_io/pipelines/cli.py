@@ -8,11 +8,10 @@ on the local DirectRunner with 2 worker processes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import sys
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 from tfrecord_io.pipelines.runtime.arg_types import non_negative_int, positive_int
 
@@ -230,32 +229,10 @@ def _failure_state(args) -> List[str]:
         return [f"could not be determined: {err}"]
 
 
-@contextlib.contextmanager
-def _no_ipython_probe() -> Iterator[None]:
-    """Refuse ``import IPython`` while a command runs, unless IPython is already loaded.
-
-    Why: Beam asks ``is_in_ipython()`` whenever a transform is applied to a pipeline,
-    which imports IPython when it is installed (it is, wherever Jupyter is) only to learn
-    that no notebook is running: ~0.25 s of every job's start-up, measured on an idle
-    core (benchmarks/README.md). A command started from a shell is never inside an
-    IPython session; Beam treats the refused import as "not in IPython", which is the
-    answer it would have found. Where IPython is already loaded (``main`` called from a
-    notebook) nothing changes; the refusal is lifted when the command returns.
-    """
-    if "IPython" in sys.modules:
-        yield
-        return
-    # None in sys.modules makes `import IPython` raise ImportError
-    sys.modules["IPython"] = None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        if sys.modules.get("IPython", 0) is None:
-            del sys.modules["IPython"]
-
-
 def main(argv: Optional[List[str]] = None) -> int:
-    with _no_ipython_probe():
+    from tfrecord_io.pipelines.runtime.startup import no_ipython_probe  # ~0.25 s of every job
+
+    with no_ipython_probe():
         return _main(argv)
 
 
@@ -315,6 +292,7 @@ def _main(argv: Optional[List[str]] = None) -> int:
         format_exception,
         stop_children,
     )
+    from tfrecord_io.pipelines.runtime.startup import import_google_api_core_without_package_scan
 
     parser = build_parser()
     args, beam_flags = parser.parse_known_args(argv)
@@ -326,6 +304,7 @@ def _main(argv: Optional[List[str]] = None) -> int:
         args.failure_state = reshard_state(args)
     with JobLog(args.command, args.verbose, args.log_file) as log:
         try:
+            import_google_api_core_without_package_scan()  # its warnings go to the log, as Beam's do
             return command(args, beam_flags)
         except UsageError as err:  # the whole family, raised where the problem was found (runtime/errors.py)
             log.record(format_exception(err))

@@ -45,14 +45,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--log-file", metavar="PATH", help="keep the log here (default: kept only on failure)")
     args, beam_flags = parser.parse_known_args(argv)
 
-    from tfrecord_io.pipelines.cli import _no_ipython_probe  # Beam's notebook check, ~0.25 s a pipeline
     from tfrecord_io.pipelines.runtime.failures import JobLog, format_exception, root_cause
+    from tfrecord_io.pipelines.runtime.startup import import_google_api_core_without_package_scan, no_ipython_probe
 
     # Everything Beam and its workers log (notes on optional dependencies when Beam is
     # imported, each worker's start-up) goes to the log file, as for every command: the
     # terminal shows the demo's own lines.
-    with _no_ipython_probe(), JobLog("demo", args.verbose, args.log_file) as log:
+    with no_ipython_probe(), JobLog("demo", args.verbose, args.log_file) as log:
         try:
+            import_google_api_core_without_package_scan()  # start-up probes (runtime/startup.py)
             return _run(args, beam_flags)
         except Exception as err:  # noqa: BLE001 - every failure ends in one line and the log kept
             log.keep = True
