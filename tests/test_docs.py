@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 from typing import List, NamedTuple, Optional
 
 import pytest
@@ -110,7 +111,12 @@ def test_the_examples_of_a_page_run(page, tmp_path, monkeypatch):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
-    namespace = {"__name__": "__main__"}
+    # The page's namespace is a module Python can import, as a script's __main__ is: Beam's
+    # pickler (dill) then pickles the functions' globals as a reference to that module, not by
+    # value (which would copy every object of the page, open writers included).
+    module = types.ModuleType("docs_example_" + re.sub(r"\W", "_", page[: -len(".md")]))
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    namespace = module.__dict__
     for block in blocks(page):
         if block.not_run is not None or block.lang not in RUN:
             continue
