@@ -132,9 +132,9 @@ def test_the_examples_of_a_page_run(page, tmp_path, monkeypatch):
 
 def mkdocs_available() -> bool:
     try:
+        import material  # noqa: F401
         import mkdocs  # noqa: F401
         import mkdocstrings  # noqa: F401
-        import material  # noqa: F401
     except ImportError:
         if os.environ.get("CI"):
             pytest.fail("MkDocs is not installed, and CI must build the docs (pip install -e '.[docs]')")
