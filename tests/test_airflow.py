@@ -65,7 +65,7 @@ class Airflow:
             AIRFLOW_HOME=self.home,
             AIRFLOW__CORE__DAGS_FOLDER=DAG_FOLDER,
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
-            # The DAG's settings (README "Running on a schedule").
+            # The DAG's settings (docs/scheduling.md, "Airflow").
             TFRECORD_IO_PYTHON=sys.executable,
             TFRECORD_IO_CONFIG=self.config,
             TFRECORD_IO_OUTPUT=output,

@@ -337,7 +337,7 @@ def test_the_pipelines_claim_is_idempotent_for_its_run_and_refuses_others(tmp_pa
 
 
 def test_build_dataset_over_a_parquet_read(tmp_path):
-    """README's Parquet example: ``ReadFromParquet`` (one dict per row, images as a
+    """The Parquet example of docs/build.md (BuildDataset): ``ReadFromParquet`` (one dict per row, images as a
     bytes column) | ``BuildDataset``; every Example decodes back to its row."""
     import io
 

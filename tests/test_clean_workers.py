@@ -9,7 +9,7 @@ installs the requirements file, the ``--extra_package`` and the ``--setup_file``
 then starts the SDK harness. So ``tfrecord-io build`` and ``validate`` pass here only if
 the package installs from its sdist / wheel, the C core compiles there (or is left out
 and the pure-Python core is used, as the job says), and the media libraries come with
-the requirements file that README "Running on Dataflow" names. Data on S3 (versitygw).
+the requirements file that docs/dataflow.md ("Running on Dataflow") names. Data on S3 (versitygw).
 
 About 14 minutes here (2 cores, shared; sdist case ~8, wheel case ~5, install ~1): every
 stage's SDK worker is a new boot that makes its venv and pip-installs the staged package
@@ -38,7 +38,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "scripts", "cluster")
 CONFIG = os.path.join(REPO, "configs", "flink-cluster-clean.yaml")
 WORKER_REQUIREMENTS = os.path.join("constraints", "workers-media.txt")
-# What README "Running on Dataflow" tells users to pass (tests/test_dataflow_docs.py checks it).
+# What docs/dataflow.md ("Running on Dataflow") tells users to pass (tests/test_dataflow_docs.py checks it).
 SETUP_FILE_STAGING = ["--setup_file=./setup.py"]
 REQUIREMENTS_STAGING = [f"--requirements_file={WORKER_REQUIREMENTS}", "--requirements_cache=skip"]
 DEMO_ROWS = 8
@@ -104,7 +104,7 @@ def launcher_env(cluster) -> Dict[str, str]:
 
 def staged_job(cluster, s3_server, bucket: str, staging: List[str], *args: str) -> subprocess.CompletedProcess:
     """A CLI job on the clean cluster, staging the package with ``staging`` and the media
-    libraries with the worker requirements file, as README "Running on Dataflow" says."""
+    libraries with the worker requirements file, as docs/dataflow.md ("Running on Dataflow") says."""
     done = run_cli(
         *args,
         "--runner-config",
@@ -225,7 +225,7 @@ def installed(python: str, media: bool) -> Dict[str, object]:
 
 
 def test_the_sdist_and_the_wheel_install_in_a_venv_of_the_workers_python(tmp_path):
-    """What README "Running on Dataflow" stages, installed as the boot installs it: the
+    """What docs/dataflow.md ("Running on Dataflow") stages, installed as the boot installs it: the
     sdist Beam builds from ``--setup_file`` (its own Stager), with the worker
     requirements, compiles the C core; the wheel installs too. Neither changes the
     workers' apache-beam, and both are imported from the venv, not this checkout."""

@@ -76,7 +76,7 @@ WORKERS = 2
 DEMO_ROWS = 24
 
 # What a fault during a build leads to, per engine and fault (found by running it; see
-# README "Trying a real cluster locally"): "recovers" or "fails".
+# docs/clusters.md, "Trying a real cluster locally"): "recovers" or "fails".
 FAULT_OUTCOMES = {
     ("flink", "taskmanager"): "recovers",
     ("flink", "pool"): "fails",
@@ -626,7 +626,7 @@ def test_a_worker_killed_during_a_build(cluster, target, s3_server, s3_bucket, s
         # Midway: once an SDK worker of worker 2's pool is connected to the engine. (Killing
         # the pool between its accepting a StartWorker request and the SDK worker
         # connecting back hangs the job: Beam's ExternalEnvironmentFactory waits for that
-        # connection without a time limit -- see the README.)
+        # connection without a time limit -- see docs/clusters.md.)
         # And settled: every process the pool started is a connected SDK worker (none
         # between StartWorker and connecting back), twice, 0.2 s apart.
         pool_pid = cluster.process("pool-2")["pid"]

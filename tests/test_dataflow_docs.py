@@ -1,4 +1,4 @@
-"""README "Running on Dataflow": its flags are Beam's, its files exist, and they are what
+"""docs/dataflow.md ("Running on Dataflow"): its flags are Beam's, its files exist, and they are what
 tests/test_clean_workers.py runs on clean workers; the worker requirements file is the
 [media] and [aws] extras at the pinned lane's versions. Quick (no cluster, no network)."""
 
@@ -22,11 +22,15 @@ from tfio_testutil import REPO
 WORKER_REQUIREMENTS = os.path.join("constraints", "workers-media.txt")
 
 
+DATAFLOW_PAGE = os.path.join("docs", "dataflow.md")
+
+
 def dataflow_section() -> str:
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+    """The docs page "Running on Dataflow" (it was the README's section of that name)."""
+    with open(os.path.join(REPO, DATAFLOW_PAGE), encoding="utf-8") as f:
         text = f.read()
-    start = text.index("\n## Running on Dataflow\n")
-    return text[start : text.index("\n## ", start + 1)]
+    assert text.startswith("# Running on Dataflow\n"), f"{DATAFLOW_PAGE} is no longer the Dataflow page"
+    return text
 
 
 def dataflow_command() -> List[str]:
@@ -49,14 +53,14 @@ def requirement_lines() -> List[str]:
         return [line.strip() for line in f if line.strip() and not line.startswith("#")]
 
 
-def test_readme_dataflow_flags_are_beams_and_name_files_that_exist():
+def test_docs_dataflow_flags_are_beams_and_name_files_that_exist():
     command = dataflow_command()
     assert command[:2] == ["tfrecord-io", "build"], command
     given = flags(command)
     known = PipelineOptions([]).get_all_options()
     beam_flags = {k: v for k, v in given.items() if k != "output"}
     unknown = sorted(k for k in beam_flags if k not in known)
-    assert unknown == [], f"README names flags Beam does not know: {unknown}"
+    assert unknown == [], f"{DATAFLOW_PAGE} names flags Beam does not know: {unknown}"
     for flag in ("runner", "project", "region", "temp_location", "setup_file", "requirements_file"):
         assert flag in given, flag
     assert given["runner"] == "DataflowRunner" and given["temp_location"].startswith("gs://")
@@ -69,7 +73,7 @@ def test_readme_dataflow_flags_are_beams_and_name_files_that_exist():
     assert "--extra_package=dist/" in section and "--sdk_container_image=" in section
 
 
-def test_readme_flags_are_what_the_clean_worker_tests_stage():
+def test_docs_dataflow_flags_are_what_the_clean_worker_tests_stage():
     import test_clean_workers
 
     given = flags(dataflow_command())

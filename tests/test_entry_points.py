@@ -1,5 +1,6 @@
 """The ways to start the command, and what ``--help`` shows a person."""
 
+import os
 import subprocess
 import sys
 
@@ -7,7 +8,17 @@ import pytest
 
 from tfrecord_io.pipelines.cli import build_parser
 
-SUBCOMMANDS = ["build", "validate", "index", "inspect", "reshard", "report", "convert"]
+SUBCOMMANDS = ["build", "validate", "index", "inspect", "reshard", "report", "convert", "lookup", "diff"]
+
+
+def parser_subcommands():
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return list(sub.choices)
+
+
+def test_the_list_of_subcommands_is_the_parsers():
+    """The lists below (and the help tests) cover every command the parser has."""
+    assert parser_subcommands() == SUBCOMMANDS
 
 
 def test_python_dash_m_tfrecord_io_runs_the_command():
@@ -28,20 +39,23 @@ def test_python_dash_m_tfrecord_io_passes_the_exit_status_on():
 
 @pytest.mark.parametrize("command", [None] + SUBCOMMANDS)
 def test_help_is_plain_text_without_restructuredtext_literals(command):
-    parser = build_parser()
-    if command is None:
-        text = parser.format_help()
-    else:
-        sub = next(a for a in parser._actions if a.dest == "command")
-        text = sub.choices[command].format_help()
-    assert "``" not in text
+    """``tfrecord-io --help`` and ``tfrecord-io COMMAND --help``, as the command prints them:
+    no reStructuredText or Markdown literals (double or single backquotes)."""
+    argv = [sys.executable, "-m", "tfrecord_io"] + ([command] if command else []) + ["--help"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="100"))
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
     assert text.startswith("usage: tfrecord-io")
+    assert "``" not in text, [line for line in text.splitlines() if "``" in line]
+    assert "`" not in text, [line for line in text.splitlines() if "`" in line]
 
 
 def test_the_summary_line_names_every_subcommand():
     summary = build_parser().format_help().split("\n\n")[1]
-    for command in SUBCOMMANDS:
-        assert command in summary, command
+    assert "\n" not in summary.strip(), f"the summary is one line: {summary!r}"
+    words = set(summary.replace(",", " ").replace(":", " ").split())
+    missing = [command for command in parser_subcommands() if command not in words]
+    assert missing == [], f"the summary line {summary!r} does not name {missing}"
 
 
 @pytest.mark.parametrize("command", [["inspect", "--head", "50"], ["validate", "--no-progress"]])

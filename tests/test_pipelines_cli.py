@@ -368,7 +368,7 @@ def test_dockerfile_is_well_formed_and_matches_the_beam_pin():
     installs = [" ".join(r.value) for r in by_cmd["RUN"] if "pip install" in " ".join(r.value)]
     assert installs and all("-c constraints/pinned.txt" in r for r in installs), installs
     # As the SDK image for Dataflow (--sdk_container_image) the image must carry what the
-    # jobs' workers import that Beam's image lacks (README "Running on Dataflow"): the
+    # jobs' workers import that Beam's image lacks (docs/dataflow.md): the
     # encoders' media libraries and boto3 for s3://, and a C compiler for the C core.
     extras = {e for r in installs for group in re.findall(r'"\.\[([a-z,]+)\]"', r) for e in group.split(",")}
     assert {"media", "aws"} <= extras, installs

@@ -1,9 +1,12 @@
-"""``tfrecord-io``: build, validate, index, inspect, reshard, report on and convert TFRecord datasets.
+"""tfrecord-io: build, validate, index, inspect, reshard, report, convert, lookup and diff TFRecord datasets.
 
 Each command is an Apache Beam pipeline. Beam's own flags pass straight through
-(``--runner``, ``--direct_num_workers``, ``--flink_master`` ...); without them jobs run
+(--runner, --direct_num_workers, --flink_master ...); without them jobs run
 on the local DirectRunner with 2 worker processes.
 """
+
+# The module docstring is the command's --help description: plain text, as a terminal shows
+# it (no reStructuredText literals; tests/test_entry_points.py checks every help text).
 
 from __future__ import annotations
 
@@ -21,19 +24,6 @@ A failure ends with a short block: what failed (file, byte offset or row; the jo
 what state is left, where the log with the full tracebacks is, and the exit status.
 Exit status: 0 success, 1 the job found problems (validate) or failed, 2 bad usage or
 input (found before anything is written), 130 / 143 stopped by Ctrl-C / SIGTERM."""
-
-
-class PlainTextParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose ``--help`` reads as plain text.
-
-    Why: the descriptions are the modules' docstrings, written in reStructuredText for the
-    docs, where a literal is wrapped in double backquotes; a terminal should show the
-    literal alone, not the markup. Subcommands
-    get this class too (``add_subparsers`` makes parsers of the parent's type).
-    """
-
-    def format_help(self) -> str:
-        return super().format_help().replace("``", "")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +44,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = PlainTextParser(
+    parser = argparse.ArgumentParser(
         prog="tfrecord-io",
         description=__doc__,
         epilog=EPILOG,
@@ -193,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="samples per split, and per label for labelled data (default 6)",
     )
-    rp.add_argument("--validation", metavar="JSON", help="a `tfrecord-io validate --report` file to show")
+    rp.add_argument("--validation", metavar="JSON", help="a report written by tfrecord-io validate --report, to show")
     _common(rp)
     from tfrecord_io.pipelines.convert import add_parser as add_convert  # light: the job imports Beam when it runs
 

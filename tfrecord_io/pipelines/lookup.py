@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 import numpy as np
 
 DESCRIPTION = (
-    "Look rows of a built dataset up by key (the build config's `key` column): one probe of the split's key "
+    "Look rows of a built dataset up by key (the build config's key column): one probe of the split's key "
     "index and one ranged read of the record per key, CRCs and content hash checked. Prints each Example "
     "(bytes features by length, or as text when short UTF-8), or JSON lines with --json."
 )
