@@ -50,15 +50,14 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import yaml
+from process_cpu import timed as timed_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LABELS = [f"class{i:02d}" for i in range(10)]
@@ -97,25 +96,11 @@ def write_config(path: str, root: str, out: str, image: Dict) -> None:
 
 
 def timed(cmd: List[str], env: Optional[Dict[str, str]] = None) -> Dict[str, float]:
-    """Wall, CPU (user+sys of the process and its children) and peak RSS of one command.
-
-    Each command runs under its own ``/usr/bin/time``-like wrapper process so the
-    children's rusage is this command's only."""
-    wrapper = textwrap.dedent(
-        """
-        import json, resource, subprocess, sys, time
-        t = time.perf_counter()
-        rc = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL)
-        wall = time.perf_counter() - t
-        r = resource.getrusage(resource.RUSAGE_CHILDREN)
-        print(json.dumps({"rc": rc, "wall": wall, "user": r.ru_utime, "sys": r.ru_stime, "rss_mb": r.ru_maxrss / 1024}))
-        """
-    )
-    # cwd: ``python -m tfrecord_io.pipelines`` puts the working directory first on sys.path.
-    proc = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, env=env, cwd=REPO)
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    """Wall, CPU (user+sys of the process and every process it started, its forked
+    workers included: ``process_cpu.py``) and peak RSS of one command."""
+    result = timed_command(cmd, env=env, cwd=REPO)  # cwd: ``python -m tfrecord_io.pipelines`` puts it first on sys.path
     if result["rc"] != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-2000:]}")
+        raise RuntimeError(f"{' '.join(cmd)} failed: {result['stderr'][-2000:]}")
     return result
 
 

@@ -32,13 +32,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from typing import Any, Dict, List, Optional
+
+from process_cpu import timed as timed_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -59,16 +60,11 @@ with beam.Pipeline(argv=beam_args(section, [])) as p:
 
 
 def run(args: List[str], env: Dict[str, str]) -> Dict[str, float]:
-    """Run a command; wall and CPU seconds (children's rusage delta)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.perf_counter()
-    done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(args[:5])} ... failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall": wall, "cpu": cpu}
+    """Run a command; wall and CPU seconds (it and every process it started: ``process_cpu.py``)."""
+    done = timed_command(args, env=env, cwd=REPO)
+    if done["rc"] != 0:
+        raise RuntimeError(f"{' '.join(args[:5])} ... failed ({done['rc']}):\n{done['stderr'][-3000:]}")
+    return {"wall": done["wall"], "cpu": done["cpu"]}
 
 
 def flink_jobs(rest: str) -> List[Dict[str, Any]]:

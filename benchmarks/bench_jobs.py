@@ -41,15 +41,15 @@ time and in CPU seconds; the load average is printed at the start and the end.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from typing import Dict, List, Optional
+
+from process_cpu import timed as timed_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -214,22 +214,11 @@ def shard_counts(prefix: str) -> List[int]:
 
 
 def timed(cmd: List[str], env: Optional[Dict[str, str]] = None) -> Dict[str, float]:
-    """Wall, CPU (user+sys of the process and its children) of one command, run under
-    its own wrapper process so the children's rusage is this command's only."""
-    wrapper = textwrap.dedent(
-        """
-        import json, resource, subprocess, sys, time
-        t = time.perf_counter()
-        rc = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL)
-        wall = time.perf_counter() - t
-        r = resource.getrusage(resource.RUSAGE_CHILDREN)
-        print(json.dumps({"rc": rc, "wall": wall, "user": r.ru_utime, "sys": r.ru_stime}))
-        """
-    )
-    proc = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, env=env, cwd=REPO)
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    """Wall, CPU (user+sys of the process and every process it started, its forked
+    workers included: ``process_cpu.py``) of one command."""
+    result = timed_command(cmd, env=env, cwd=REPO)
     if result["rc"] not in (0, 1):  # validate exits 1 when it finds problems: still a run
-        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-3000:]}")
+        raise RuntimeError(f"{' '.join(cmd)} failed: {result['stderr'][-3000:]}")
     return result
 
 

@@ -19,14 +19,14 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Dict, List, Tuple
+
+from process_cpu import timed as timed_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -80,9 +80,7 @@ def run(tree: str, inputs: List[str], out: str, extra: List[str]) -> Tuple[float
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     env = dict(os.environ, PYTHONPATH=tree)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run(
+    done = timed_command(
         [
             sys.executable,
             "-m",
@@ -95,15 +93,12 @@ def run(tree: str, inputs: List[str], out: str, extra: List[str]) -> Tuple[float
             *extra,
             *LOCAL_FLAGS,
         ],
-        check=True,
-        cwd=tree,
         env=env,
-        capture_output=True,
+        cwd=tree,
     )
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
+    if done["rc"] != 0:
+        raise RuntimeError(f"reshard with {tree} failed: {done['stderr'][-3000:]}")
+    return done["wall"], done["cpu"]  # CPU of it and every process it started: process_cpu.py
 
 
 def main() -> None:

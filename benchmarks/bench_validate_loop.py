@@ -15,12 +15,11 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
+
+from process_cpu import timed as timed_command
 
 LOOP = r"""
 import hashlib, sys
@@ -39,12 +38,11 @@ print(n)
 
 
 def timed(cmd):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    """(wall s, CPU s of the command and every process it started: ``process_cpu.py``)."""
+    done = timed_command(cmd)
+    if done["rc"] != 0:
+        raise RuntimeError(f"{' '.join(cmd[:5])} failed: {done['stderr'][-3000:]}")
+    return done["wall"], done["cpu"]
 
 
 def main() -> None:
