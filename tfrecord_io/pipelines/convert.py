@@ -294,7 +294,7 @@ def _plan_source(paths: List[str], split: Optional[str], batch_size: int) -> _So
     from tfrecord_io.sharding import plan_shard
 
     version_dir, info = dataset_target(paths)
-    if info is None:
+    if version_dir is None or info is None:
         if split is not None:
             raise ConvertError(f"--split {split!r} selects from a built dataset; {' '.join(paths)} is not one")
         inputs = expand_patterns(paths)

@@ -195,7 +195,7 @@ def head_records(paths: List[str], n: int) -> List[Dict[str, Any]]:
     from tfrecord_io.codec import parse_example
     from tfrecord_io.reader import tfrecord_iterator
 
-    out = []
+    out: List[Dict[str, Any]] = []
     for path in paths:
         for data in tfrecord_iterator(path):
             if len(out) >= n:

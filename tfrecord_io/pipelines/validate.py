@@ -52,7 +52,7 @@ def run_validate(
     version_dir, info = dataset_target(paths)
     shards: List[Dict[str, Any]] = []
     spec = None
-    if info is not None:
+    if version_dir is not None and info is not None:
         shards = dataset_dir.dataset_shards(version_dir, info)
         patterns = [s["abspath"] for s in shards if files.exists(s["abspath"])]
         spec = list(info.get("features", {}).values()) or None
@@ -81,7 +81,7 @@ def run_validate(
                 patterns, spec, checksums and bool(shards), options, bar.dir, results, workers, (version_dir, info)
             )
     problems = list(report.get("problems", [])) + missing
-    if info is not None:
+    if version_dir is not None and info is not None:
         problems += _dataset_problems(version_dir, info, shards, report, sums if checksums else None, bool(missing))
         problems += key_problems
     problems.sort(key=lambda p: (p["path"], p["offset"] if p["offset"] is not None else -1))
@@ -195,7 +195,9 @@ def _run_pipeline(
     sums: Dict[str, Optional[str]] = {}
     key_problems: List[Dict[str, Any]] = []
     version_dir, info = dataset
-    indexed = sorted(s for s, e in ((info or {}).get("splits") or {}).items() if e.get("key_index"))
+    indexed = []
+    if version_dir is not None and info is not None:
+        indexed = sorted(s for s, e in (info.get("splits") or {}).items() if e.get("key_index"))
     if patterns:
         runner, options = workers.pipeline_runner(options) if workers is not None else (None, options)
         with beam.Pipeline(runner=runner, options=options) as p:
@@ -209,7 +211,7 @@ def _run_pipeline(
                     | "Spread" >> beam.Reshuffle()
                     | "Checksum" >> beam.Map(lambda path: {"checksum": _checksum(path)})
                 )
-            if indexed:
+            if indexed and version_dir is not None and info is not None:
                 tagged.append(
                     p
                     | "KeyIndexes" >> beam.Create(indexed)

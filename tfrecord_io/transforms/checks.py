@@ -36,7 +36,7 @@ def _check_feature(feature, spec: FeatureSpec, what: str) -> Optional[str]:
     if kind is not None and kind != _ONEOF[spec.kind]:
         return f"{what} {spec.key!r} is {kind}, the spec says {spec.kind}"
     if spec.length is not None and count != spec.length:
-        return f"{what} {spec.key!r} has {count} values, shape {list(spec.shape)} needs {spec.length}"
+        return f"{what} {spec.key!r} has {count} values, shape {list(spec.shape or ())} needs {spec.length}"
     return None
 
 

@@ -126,7 +126,7 @@ def tf_parse_spec(specs: Iterable[FeatureSpec]) -> Dict[str, Dict[str, Any]]:
             kind = "FixedLenFeature" if fixed else "VarLenFeature"
         entry: Dict[str, Any] = {"type": kind, "dtype": tf_dtypes[s.kind], "sequence": s.sequence}
         if kind != "VarLenFeature":
-            entry["shape"] = list(s.shape)
+            entry["shape"] = list(s.shape or ())  # fixed: a shape is known
         out[s.key] = entry
     return out
 

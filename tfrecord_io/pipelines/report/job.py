@@ -124,7 +124,7 @@ def resolve_input(paths: Sequence[str], splits: Optional[Sequence[str]] = None) 
             if datasets.read_latest(root) or files.exists(files.join(root, datasets.INFO_NAME)):
                 raise ReportError(str(err)) from None  # a dataset, but not a whole one
             version_dir = None  # a directory of TFRecord files
-    if info is not None:
+    if version_dir is not None and info is not None:
         shards = [
             Shard(split, files.join(version_dir, s["path"]), s["path"])
             for split, entry in sorted(info.get("splits", {}).items())
@@ -372,9 +372,9 @@ def _summary(inp: ReportInput, result: JobResult, columns: List[ReportColumn]) -
             table_rows = []
             for i in ids:
                 cells: List[Any] = [_label_name(label, i)]
-                for s in splits:
-                    n = counts[s].get(str(i), 0)
-                    share = 100.0 * n / max(sum(counts[s].values()), 1)
+                for split in splits:
+                    n = counts[split].get(str(i), 0)
+                    share = 100.0 * n / max(sum(counts[split].values()), 1)
                     cells.append(f"{n:,} ({share:.0f}%)")
                 table_rows.append(cells)
             out.append("<h3>Labels per split</h3>" + _table(head, table_rows, "label-table"))
@@ -529,7 +529,7 @@ def _samples(split: str, groups: Mapping[Any, list], columns: List[ReportColumn]
     out = ["<h3>Samples</h3>"]
     for group in sorted(groups, key=lambda g: (g is None, g if g is not None else 0)):
         items = groups[group]
-        if group is not None:
+        if group is not None and label is not None:
             title = f"{_e(label.name)}: {_e(_label_name(label, group))}"
             out.append(f'<h4 class="group">{title} <small>({len(items)} shown)</small></h4>')
         cards = [_sample_card(rec, rel, off, columns, decoders) for rel, off, rec in items]

@@ -90,7 +90,7 @@ def columns_from_encoders(encoders: Mapping[str, Mapping[str, Any]]) -> List[Rep
     described by the report: the build writes Examples)."""
     out = []
     for name, cfg in sorted(encoders.items()):
-        kind = KIND_OF_ENCODER.get(cfg.get("type"))
+        kind = KIND_OF_ENCODER.get(str(cfg.get("type", "")))
         if kind is None:
             continue
         vocab = cfg.get("vocabulary") if kind == "label" else None
@@ -145,13 +145,13 @@ def columns_from_record(data: bytes) -> List[ReportColumn]:
             kind = "text" if all(_is_text(v) for v in values) else "bytes"
         else:
             continue
-        config = {
+        configs: Dict[str, Dict[str, Any]] = {
             "label": {"type": "Label", "key": key},
             "int": {"type": "Int", "key": key},
             "float": {"type": "Float", "key": key, "allow_nan": True},
             "text": {"type": "Text", "key": key, "normalize": None, "on_invalid": "keep"},
-        }.get(kind)
-        out.append(ReportColumn(key, kind, key, config=config))
+        }
+        out.append(ReportColumn(key, kind, key, config=configs.get(kind)))
     return sorted(out, key=lambda c: c.name)
 
 
@@ -542,9 +542,9 @@ def _observe_columns(
             if chars is not None:
                 hist_add(col["chars"], chars)
                 continue
-            for value in values:
+            for raw in values:
                 try:
-                    _hist_add_one(col["chars"], float(len(value.decode("utf-8"))))
+                    _hist_add_one(col["chars"], float(len(raw.decode("utf-8"))))
                 except UnicodeDecodeError:
                     col["invalid"] += 1
         elif c.kind == "label":
@@ -664,7 +664,7 @@ class SplitStatsFn(beam.CombineFn):
         self._columns = [tuple(c) for c in columns]
 
     def _cols(self) -> List[ReportColumn]:
-        return [ReportColumn(*c) for c in self._columns]
+        return [ReportColumn._make(c) for c in self._columns]
 
     def create_accumulator(self) -> Dict[str, Any]:
         return {

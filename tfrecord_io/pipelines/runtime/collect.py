@@ -168,7 +168,7 @@ class ResultDir:
         return beam.ParDo(WriteJson(self.path))
 
     def read(self) -> List[Any]:
-        out = []
+        out: List[Any] = []
         for path in files.glob(f"{self.path.rstrip('/')}/*.jsonl"):
             with files.open_raw(path, "rb") as f:
                 out.extend(json.loads(line) for line in f.read().decode("utf-8").splitlines() if line)

@@ -37,7 +37,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import IO, List, Optional, Sequence
+from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tfrecord_io.pipelines.runtime import processes
 
@@ -342,14 +342,14 @@ class JobLog:
         self.keep = self.requested
         self._file: Optional[IO[str]] = None
         self._saved_fd: Optional[int] = None
-        self._saved_stderr = None
-        self._saved_logging = None
-        self._saved_excepthook = None
+        self._saved_stderr: Optional[IO[str]] = None
+        self._saved_logging: Optional[Tuple[List[logging.Handler], int]] = None
+        self._saved_excepthook: Optional[Callable[[threading.ExceptHookArgs], Any]] = None
         # exceptions that ended a thread of the launcher (e.g. Beam's "Worker subprocess
         # exited with return code 137" when a worker process was killed)
         self.thread_errors: List[BaseException] = []
         self._worker_death: Optional[str] = None
-        self._saved_signals: dict = {}
+        self._saved_signals: Dict[int, Any] = {}
         # set once the job is being stopped: worker exits are then expected
         self.stopping = False
         # the signal that stopped the job (SIGTERM/SIGHUP), once one has: what unwinds
@@ -373,7 +373,7 @@ class JobLog:
             # the main thread.
             stop_children()
             try:  # a real signal: it also wakes a main thread blocked in a wait
-                signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
             except (AttributeError, OSError, ValueError):
                 pass
 
@@ -417,8 +417,8 @@ class JobLog:
         logging.captureWarnings(True)  # warnings go to the log, not the terminal
         self._saved_excepthook = threading.excepthook
         threading.excepthook = self._thread_excepthook
-        handlers = {"SIGUSR1": self._on_worker_death, "SIGTERM": self._on_termination, "SIGHUP": self._on_termination}
-        for name, handler in handlers.items():
+        on_signal = {"SIGUSR1": self._on_worker_death, "SIGTERM": self._on_termination, "SIGHUP": self._on_termination}
+        for name, handler in on_signal.items():
             signum = getattr(signal, name, None)
             if signum is None:
                 continue
@@ -454,7 +454,9 @@ class JobLog:
             os.dup2(self._saved_fd, 2)
             os.close(self._saved_fd)
             self._saved_fd = None
-            terminal, sys.stderr = self.terminal, self._saved_stderr
+            terminal = self.terminal
+            if self._saved_stderr is not None:
+                sys.stderr = self._saved_stderr
             self.terminal = sys.stderr
             try:
                 terminal.close()

@@ -42,7 +42,7 @@ def expand_patterns(patterns: Iterable[str]) -> List[str]:
     out: List[str] = []
     for pattern in patterns:
         version_dir, info = dataset_dir.find_dataset([pattern])
-        if info is not None:
+        if version_dir is not None and info is not None:
             out.extend(s["abspath"] for s in dataset_dir.dataset_shards(version_dir, info))
         elif os.path.isdir(pattern):
             for root, _, names in os.walk(pattern):
@@ -58,7 +58,7 @@ def resolve_inputs(paths: List[str]) -> List[str]:
     """The shards of the dataset ``paths`` names together (see :func:`dataset_target`),
     else :func:`expand_patterns` of them."""
     version_dir, info = dataset_target(paths)
-    if info is not None:
+    if version_dir is not None and info is not None:
         return [s["abspath"] for s in dataset_dir.dataset_shards(version_dir, info)]
     return expand_patterns(paths)
 

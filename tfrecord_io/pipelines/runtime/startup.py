@@ -68,7 +68,7 @@ class _ScanOnDemand(Dict[str, List[str]]):
         self._filled()
         return super().__getitem__(key)
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         if "." in key:
             return default
         self._filled()
@@ -115,7 +115,7 @@ def import_google_api_core_without_package_scan() -> None:
     if "google.api_core" in sys.modules:
         return
     real = importlib.metadata.packages_distributions
-    importlib.metadata.packages_distributions = lambda: _ScanOnDemand(real)  # type: ignore[assignment,return-value]
+    importlib.metadata.packages_distributions = lambda: _ScanOnDemand(real)
     try:
         import google.api_core  # noqa: F401
     except ImportError:  # no [gcp] extra: nothing to defer

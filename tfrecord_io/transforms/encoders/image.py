@@ -64,7 +64,7 @@ try:
     from PIL import Image as PILImage
     from PIL import ImageOps, UnidentifiedImageError
 except ImportError as _err:  # pragma: no cover - Pillow is in the [media] extra
-    PILImage = None
+    PILImage = None  # type: ignore[assignment]
     _IMPORT_ERROR: Optional[ImportError] = _err
 else:
     _IMPORT_ERROR = None

@@ -10,13 +10,14 @@ compare equal after reading; ``strip`` removes surrounding white space.
 from __future__ import annotations
 
 import unicodedata
-from typing import Any, List, Mapping, Optional, Union
+from typing import Any, List, Literal, Mapping, Optional, Union, cast
 
 from ..errors import EncodeError
 from ..spec import FeatureSpec
 from .base import Encoder, Features, scalar
 
 _FORMS = ("NFC", "NFD", "NFKC", "NFKD")
+_Form = Literal["NFC", "NFD", "NFKC", "NFKD"]
 
 
 def utf8_error(data: bytes, err: UnicodeDecodeError) -> str:
@@ -50,7 +51,7 @@ class Text(Encoder):
             raise ValueError(f"normalize {normalize!r}: use one of {_FORMS} or None")
         if on_invalid not in ("reject", "keep"):
             raise ValueError("on_invalid must be 'reject' or 'keep'")
-        self.normalize = normalize.upper() if normalize else None
+        self.normalize: Optional[_Form] = cast(_Form, normalize.upper()) if normalize else None
         self.strip = strip
         self.on_invalid = on_invalid
         self.allow_empty = allow_empty
