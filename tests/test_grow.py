@@ -278,6 +278,35 @@ def test_append_with_dedup_content_drops_rows_identical_to_the_base_or_to_each_o
     assert not any(s["removed"] for s in d["splits"].values())
 
 
+def test_a_row_that_replaces_a_key_is_never_dropped_as_a_duplicate(tmp_path):
+    """``on_existing: replace`` with ``dedup: content``: a new row for key 7 whose content
+    equals the base's row 5 (and a new row 8 equal to new row 9's, 8 sorting first) is
+    kept: dropping it would remove key 7 from the dataset, since the row it replaces
+    leaves. A row with a new key and the same content is still dropped."""
+    out = str(tmp_path / "out")
+    columns = {"text": "text", "label": {"encoder": "int"}}  # the key is not in the Example
+    rows = [(i, f"t{i}") for i in range(10)]
+    proc = _build(_config(tmp_path, _write_rows(tmp_path / "m1.jsonl", rows), out, columns=columns), "--version", "v1")
+    assert proc.returncode == 0, proc.stderr
+    appended = [(7, "t5"), (100, "t5"), (8, "same"), (9, "same")]
+    config = _config(tmp_path, _write_rows(tmp_path / "m2.jsonl", appended), out, columns=columns, dedup="content")
+    proc = _build(config, "--append", "--on-existing", "replace", "--version", "v2")
+    assert proc.returncode == 0, proc.stderr
+    info = dataset_dir.load_info(os.path.join(out, "v2"))
+    named = sorted((d["key"], d["kept_key"]) for d in info["duplicate_examples"])
+    assert named == [("100", "5")], named
+    assert info["records"] == 10
+    with tfrecord_io.open_dataset(out) as ds:
+        for key, text in (("7", "t5"), ("5", "t5"), ("8", "same"), ("9", "same")):
+            got = ds.get(key)
+            assert got is not None, key
+            assert (got["text"] if isinstance(got["text"], bytes) else got["text"][0]) == text.encode(), key
+        assert ds.get("100") is None
+    d = diff_versions(out, "v1", "v2")
+    assert not any(s["removed"] for s in d["splits"].values()) and not any(s["added"] for s in d["splits"].values())
+    assert sorted(k for s in d["splits"].values() for k in s["changed"]) == ["7", "8", "9"]
+
+
 def test_content_dedup_drops_only_rows_whose_bytes_match_not_just_their_hash():
     from tfrecord_io.pipelines.build.content_dedup import BASE, _Row, same_content
 

@@ -16,7 +16,8 @@ An append compares against the base version through its key indexes, which hold 
 row's content hash: they are scanned (not the base's records) for the appended rows'
 hashes. A base row is always kept (the append adds rows, it does not remove the base's);
 the rows an append replaces (``on_existing: replace``) are not compared against, since
-they leave the dataset.
+they leave the dataset, and a row that replaces one is never dropped: its key would leave
+the dataset with it (it may still be the kept row that names others).
 
 Hash collisions: 128 bits of BLAKE2b make an accidental collision unthinkable, but they
 are a truncated digest (64-bit collision resistance, within reach of someone crafting
@@ -28,7 +29,7 @@ compared. Rows that only share a hash are both kept.
 from __future__ import annotations
 
 import os
-from typing import Any, BinaryIO, Callable, Dict, Iterable, List, NamedTuple, Set, Tuple
+from typing import AbstractSet, Any, BinaryIO, Callable, Dict, Iterable, List, NamedTuple, Set, Tuple
 
 import apache_beam as beam
 
@@ -101,11 +102,14 @@ class _Records:
         self._open = {}
 
 
-def same_content(base: List[_Row], new: List[_Row], read: Callable[[_Row], bytes]) -> List[Tuple[_Row, _Row]]:
+def same_content(
+    base: List[_Row], new: List[_Row], read: Callable[[_Row], bytes], keep: AbstractSet[bytes] = frozenset()
+) -> List[Tuple[_Row, _Row]]:
     """``(dropped, kept)`` for rows of one content hash: each new row whose bytes equal a
-    base row's (the first such by key) or an earlier new row's (by key). Bytes are
-    compared, not just hashes (module doc); a base row is read only when the rows read
-    so far do not match the new row."""
+    base row's (the first such by key) or an earlier new row's (by key), unless its key
+    is in ``keep`` (the keys an append replaces). Bytes are compared, not just hashes
+    (module doc); a base row is read only when the rows read so far do not match the
+    new row."""
     base = sorted(base)
     classes: List[Tuple[bytes, _Row]] = []  # (content, the row kept for it)
     next_base = 0
@@ -124,7 +128,7 @@ def same_content(base: List[_Row], new: List[_Row], read: Callable[[_Row], bytes
                 kept = candidate
         if kept is None:  # no base row holds it: every base row has been read by now
             classes.append((data, row))
-        else:
+        elif row.key not in keep:
             out.append((row, kept))
     return out
 
@@ -231,15 +235,17 @@ def drop_identical_appended(
     """The notes of an append's new shards after the appended rows byte-identical to a row
     the base keeps, or to another appended row, are dropped (module doc). ``replaced``:
     the base rows the append replaces, ``(split, shard, offset, key)``."""
+    replaced = list(replaced)
     new = _new_rows(notes, spec.version_dir)
     old = _base_rows(base_dir, base, new, {(s, n, off) for s, n, off, _ in replaced})
+    replacing = {key.encode("utf-8") for _, _, _, key in replaced}
     records = _Records()
     try:
         pairs = [
             p
             for h, rows in new.items()
             if len(rows) > 1 or h in old
-            for p in same_content(old.get(h, []), rows, records.read)
+            for p in same_content(old.get(h, []), rows, records.read, replacing)
         ]
     finally:
         records.close()
