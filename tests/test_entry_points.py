@@ -83,3 +83,38 @@ def test_a_read_only_command_whose_output_reader_is_gone_ends_as_a_unix_tool(com
         os.close(write_end)
     assert done.returncode == 141, done.stderr
     assert "failed" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_reshard_whose_summary_cannot_be_printed_says_its_shards_were_written(tmp_path):
+    """``tfrecord-io reshard ... | true``: the shards are committed, then printing the
+    summary fails on the closed pipe. The failure block must not say that nothing was
+    written (what a reshard that failed while it ran leaves): it names the shards."""
+    import os
+
+    import tfrecord_io as tfio
+
+    path = str(tmp_path / "a.tfrecord")
+    with tfio.RecordWriter(path) as writer:
+        writer.write_records([tfio.serialize_example({"a": ([i], "int")}) for i in range(100)])
+    out = str(tmp_path / "out" / "part")
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "tfrecord_io", "reshard", path, "--output", out, "--num-shards", "2"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        os.close(write_end)
+    assert sorted(os.listdir(tmp_path / "out")) == [
+        "part-00000-of-00002.tfrecord",
+        "part-00000-of-00002.tfrecord.index",
+        "part-00001-of-00002.tfrecord",
+        "part-00001-of-00002.tfrecord.index",
+    ]
+    assert done.returncode == 1, done.stderr
+    assert "no shard" not in done.stderr, done.stderr
+    assert f"2 shard(s) {out}-* written or replaced before the failure" in done.stderr, done.stderr

@@ -19,6 +19,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from tfrecord_io import files
 from tfrecord_io.pipelines.runtime.options import beam_args, command_flags, pipeline_options, runner_section
 
 
@@ -315,19 +316,40 @@ class BuildState:
 
 
 def reshard_state(args) -> Callable[[], List[str]]:
-    """A failed reshard replaced nothing (the sink renames shards into place only
-    after all were written); its temporary directory is removed."""
+    """What a failed reshard left, told from the output's files before and after.
+
+    The sink renames shards into place only after all were written, so a reshard that
+    failed while it ran replaced nothing; one that failed after its commit (say, while
+    printing its summary into a closed pipe) has written every shard, and the state must
+    say so rather than "nothing". Its temporary directory is removed either way."""
     out_dir = os.path.dirname(os.path.abspath(args.output))
-    before = set(_temp_dirs(out_dir))
+    before_temp = set(_temp_dirs(out_dir))
+    before = _output_files(args.output)
 
     def state() -> List[str]:
         import shutil
 
-        for name in set(_temp_dirs(out_dir)) - before:
+        for name in set(_temp_dirs(out_dir)) - before_temp:
             shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
-        return [f"no shard {args.output}-* was written or replaced; temporary files removed"]
+        after = _output_files(args.output)
+        written = sorted(p for p, st in after.items() if st != before.get(p) and not p.endswith(".index"))
+        if not written:
+            return [f"no shard {args.output}-* was written or replaced; temporary files removed"]
+        shown = ", ".join(os.path.basename(p) for p in written[:3]) + (" ..." if len(written) > 3 else "")
+        return [
+            f"{len(written)} shard(s) {args.output}-* written or replaced before the failure ({shown}); "
+            f"check them with `tfrecord-io validate {args.output}-*`; temporary files removed"
+        ]
 
     return state
+
+
+def _output_files(prefix: str) -> Dict[str, Optional[Tuple[int, float]]]:
+    """``{path: (size, mtime)}`` of the files named ``PREFIX-*`` now."""
+    try:
+        return files.stat_many(files.glob(f"{prefix}-*"))
+    except Exception:  # noqa: BLE001 - an unreadable output folder: nothing to compare, the job says why
+        return {}
 
 
 def _temp_dirs(directory: str) -> List[str]:
