@@ -80,8 +80,6 @@ AHEAD_BLOCKS = 2
 #: seconds a connection waits for the server before the read fails (and is retried)
 SOCKET_TIMEOUT = 60.0
 
-#: connections tried in a row for one range without receiving a byte before giving up
-TRIES = 3
 
 
 class RemoteObjectChangedError(TFRecordError):
@@ -191,13 +189,42 @@ def split_url(url: str) -> Tuple[str, str]:
 
 
 _client: Any = None
+_session: Any = None
 _client_lock = threading.Lock()
+
+#: tries of one request by botocore (its "standard" retry mode: connection errors,
+#: 5xx, throttling such as 503 SlowDown, with exponential backoff and jitter); a body
+#: that breaks off after its header is asked for again by ``_RangeReader``
+TRIES = 3
+
+
+def _config() -> Any:
+    """botocore's settings for range reads: the standard retry mode (not the legacy
+    default), a connection pool for every GET in flight (read-ahead of several readers
+    plus ``random_parallel``), and no checksum of whole responses (a range GET has
+    none to check; each frame's CRCs are checked by the scanners)."""
+    from botocore.config import Config
+
+    extra: Dict[str, Any] = {}
+    if "response_checksum_validation" in Config.OPTION_DEFAULTS:  # botocore >= 1.36
+        extra = {"request_checksum_calculation": "when_required", "response_checksum_validation": "when_required"}
+    return Config(
+        max_pool_connections=64,
+        retries={"mode": "standard", "total_max_attempts": TRIES},
+        connect_timeout=SOCKET_TIMEOUT,
+        read_timeout=SOCKET_TIMEOUT,
+        **extra,
+    )
 
 
 def client() -> Any:
-    """This process's S3 client: one for all threads (boto3 clients are thread-safe, and
-    making one costs a good part of a second), made again after a fork."""
-    global _pid, _client
+    """This process's S3 client: one for all threads (boto3 clients are thread-safe).
+
+    After a fork (a DataLoader worker) a new client is made, so that no pooled
+    connection is shared with the parent, but from the parent's boto3 session: the
+    session holds the loaded service model and the resolved credentials, so the
+    child's client costs ~10 ms instead of the ~0.2-0.5 s of a first one."""
+    global _pid, _client, _session
     with _client_lock:
         if _pid != os.getpid():
             _pid = os.getpid()
@@ -206,18 +233,21 @@ def client() -> Any:
             if _settings.client_factory is not None:
                 _client = _settings.client_factory()
             else:
-                import boto3
-                from botocore.config import Config
+                if _session is None:
+                    import boto3
 
-                _client = boto3.session.Session().client("s3", config=Config(max_pool_connections=32))
+                    _session = boto3.session.Session()
+                _client = _session.client("s3", config=_config())
         return _client
 
 
 def reset_client() -> None:
-    """Forget the client (e.g. after the endpoint or credentials changed)."""
-    global _client, _getter
+    """Forget the client and its session (e.g. after the endpoint or credentials
+    changed)."""
+    global _client, _session, _getter
     with _client_lock:
         _client = None
+        _session = None
         _getter = None
 
 
@@ -238,7 +268,7 @@ def stat(url: str, listed_size: Optional[int] = None) -> RemoteObject:
             _check_bucket(bucket, url)
             raise FileNotFoundError(f"no such object: {url}") from None
         raise TFRecordError(f"cannot stat the object: {err}", url) from err
-    if _settings.client_factory is None:
+    if _transport != "botocore" and _settings.client_factory is None:
         _range_getter()  # credentials resolved here, once: DataLoader workers forked later inherit them
     size = int(head["ContentLength"])
     if listed_size is not None and size != listed_size:
@@ -651,39 +681,62 @@ def _check_version(obj: RemoteObject, start: int, content_range: str, etag: Opti
 
 
 class _BotoBody:
-    """A boto3 ``get_object`` body read like a ``_Response`` (``client_factory``)."""
+    """A ``get_object`` body (botocore's ``StreamingBody``) read into the caller's
+    buffer. ``StreamingBody.readinto`` (public) hands the buffer to urllib3's
+    ``HTTPResponse.readinto``, which receives a piece and copies it in: one copy of
+    each byte, as ``read`` would also cost, but no new object per block for the
+    consumer to hold."""
 
     def __init__(self, body: Any) -> None:
         self.body = body
 
     def readinto(self, view: memoryview) -> int:
+        """Fill ``view``: fewer bytes only where the body ended (or broke off: then
+        botocore raises, see ``_BODY_ERRORS``)."""
         got = 0
         while got < len(view):
-            data = self.body.read(len(view) - got)
-            if not data:
+            n = self.body.readinto(view[got:])
+            if not n:
                 break
-            view[got : got + len(data)] = data
-            got += len(data)
+            got += n
         return got
 
     def close(self) -> None:
         self.body.close()
 
 
+def _body_errors() -> Tuple[type, ...]:
+    """What a body that breaks off (or stalls) after its header raises: botocore wraps
+    urllib3's ``ProtocolError``/``ReadTimeoutError`` (``ResponseStreamingError``,
+    ``ReadTimeoutError``) and raises ``IncompleteReadError`` when fewer bytes than
+    ``Content-Length`` came; plain socket errors are ``OSError``."""
+    from botocore import exceptions as bex
+
+    return (OSError, bex.ResponseStreamingError, bex.IncompleteReadError, bex.ReadTimeoutError, bex.HTTPClientError)
+
+
+#: which S3 transport range GETs use: "botocore" (the client of ``client()``), or
+#: "http" (the hand-written client kept only to measure against; see benchmarks/README.md)
+_transport = os.environ.get("TFRECORD_IO_S3_TRANSPORT", "botocore")
+
+
 def _open(obj: RemoteObject, start: int, end: int) -> Any:
     """A GET of bytes ``[start, end)`` of this version of the object (``If-Match`` on the
-    listed ETag), its status, size and version checked; the body is still to be read."""
+    listed ETag), its status, size and version checked; the body is still to be read.
+
+    botocore retries a request that fails before its header (connection errors, 5xx,
+    throttling) up to ``TRIES`` times with backoff; what still fails is an error naming
+    the object. Refusals (403, expired credentials) are ``StorageAccessError``s, never
+    retried as an outage; 412 (``If-Match``) and 404 mean the listed version is gone."""
     bucket, key = obj.bucket_key
-    headers = {"Range": f"bytes={start}-{end - 1}"}
-    if obj.etag:
-        headers["If-Match"] = obj.etag
-    if _settings.client_factory is not None:
-        args: Dict[str, Any] = {"Bucket": bucket, "Key": key, "Range": headers["Range"]}
+    rng = f"bytes={start}-{end - 1}"
+    if _transport == "botocore" or _settings.client_factory is not None:
+        args: Dict[str, Any] = {"Bucket": bucket, "Key": key, "Range": rng}
         if obj.etag:
             args["IfMatch"] = obj.etag
         try:
             response = client().get_object(**args)
-        except Exception as err:
+        except Exception as err:  # botocore's ClientError, or its connection errors after the retries
             storage_errors.raise_access_error(err, obj.url)
             code = _error_code(err)
             if code in ("412", "PreconditionFailed"):
@@ -691,10 +744,17 @@ def _open(obj: RemoteObject, start: int, end: int) -> Any:
             if code in ("404", "NoSuchKey", "NotFound"):
                 raise RemoteObjectChangedError("the object was deleted after it was listed", obj.url, start) from None
             raise TFRecordError(f"range read of bytes {start}-{end - 1} failed: {err}", obj.url, start) from err
-        _check_version(obj, start, str(response.get("ContentRange", "")), response.get("ETag"))
-        length = response.get("ContentLength")
         body: Any = _BotoBody(response["Body"])
+        try:
+            _check_version(obj, start, str(response.get("ContentRange", "")), response.get("ETag"))
+        except RemoteObjectChangedError:
+            body.close()
+            raise
+        length = response.get("ContentLength")
     else:
+        headers = {"Range": rng}
+        if obj.etag:
+            headers["If-Match"] = obj.etag
         try:
             resp = _range_getter().get(bucket, key, headers)
         except OSError as err:  # after the retries: name the object
@@ -751,8 +811,8 @@ class _RangeReader:
                 self._body = _open(self.obj, self.pos, self.end)
             try:
                 n = self._body.readinto(view[got:])
-                error: Optional[OSError] = None
-            except OSError as err:
+                error: Optional[Exception] = None
+            except _body_errors() as err:
                 n, error = 0, err
             if n:
                 got += n
