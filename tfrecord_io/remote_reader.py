@@ -81,7 +81,6 @@ AHEAD_BLOCKS = 2
 SOCKET_TIMEOUT = 60.0
 
 
-
 class RemoteObjectChangedError(TFRecordError):
     """An object changed (ETag or size) between listing and reading."""
 
