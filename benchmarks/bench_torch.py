@@ -256,6 +256,19 @@ def split_cpus(server_pid: int, text: str) -> Tuple[Set[int], Set[int]]:
     return server, readers
 
 
+def with_transport(module, transport: str, make: Callable[[], DataLoader]) -> Callable[[], DataLoader]:
+    """``make`` with the S3 range GETs of this process (and the workers it forks) sent
+    through ``transport`` (``remote_reader._transport``)."""
+
+    def made() -> DataLoader:
+        module._transport = transport
+        if transport == "http":
+            module._range_getter()  # credentials resolved in the parent, as main's stat() does
+        return make()
+
+    return made
+
+
 def bench_s3(args) -> None:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.join(here, "tests"))
@@ -288,10 +301,16 @@ def bench_s3(args) -> None:
         w = args.workers
         contenders = [
             batched_loader(paths, w),
-            batched_loader(urls, w),
+            with_transport(remote_reader, args.s3_transport, batched_loader(urls, w)),
             batched_loader(paths, w, shuffle="global", seed=1),
-            batched_loader(urls, w, shuffle="global", seed=1),
+            with_transport(remote_reader, args.s3_transport, batched_loader(urls, w, shuffle="global", seed=1)),
         ]
+        others = [t for t in (args.s3_compare or "").split(",") if t]
+        for t in others:  # other transports, interleaved in the same rounds
+            contenders += [
+                with_transport(remote_reader, t, batched_loader(urls, w)),
+                with_transport(remote_reader, t, batched_loader(urls, w, shuffle="global", seed=1)),
+            ]
         placement = "the server and the readers share every CPU"
         if args.s3_server_cpus:
             server_cpus, reader_cpus = split_cpus(server.process.pid, args.s3_server_cpus)
@@ -325,6 +344,21 @@ def bench_s3(args) -> None:
                 f"| {name} | {lr:,.0f} ({lc:.1f}) | {sr:,.0f} ({sc:.1f}) | {sv:.1f} | {ceiling:,.0f} "
                 f"| **{sr / lr:.2f}x** |"
             )
+        for k, t in enumerate(others):
+            print()
+            print(
+                f"| reading | {args.s3_transport} rec/s (CPU us/rec) | {t} rec/s (CPU us/rec) "
+                f"| server CPU us/rec ({args.s3_transport} / {t}) | **{args.s3_transport} / {t}** rate (CPU) |"
+            )
+            print("|---|---:|---:|---:|---:|")
+            for name, (br, bc, bv), (hr, hc, hv) in (
+                ("sequential", rates[1], rates[4 + 2 * k]),
+                ("global shuffle", rates[3], rates[5 + 2 * k]),
+            ):
+                print(
+                    f"| {name} | {br:,.0f} ({bc:.1f}) | {hr:,.0f} ({hc:.1f}) | {bv:.1f} / {hv:.1f} "
+                    f"| **{br / hr:.2f}x** ({hc / bc:.2f}x) |"
+                )
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -400,6 +434,17 @@ def main(argv: List[str] = None) -> None:
     parser.add_argument("--s3-request-mib", type=int, default=None, help="MiB per range GET (--s3)")
     parser.add_argument(
         "--s3-keep-alive", action="store_true", help="versitygw --keep-alive (as AWS S3: connections reused)"
+    )
+    parser.add_argument(
+        "--s3-transport",
+        default="presigned",
+        help="how the S3 reads send their GETs (--s3): presigned (the default: botocore presigns, urllib3 "
+        "sends), botocore (get_object), http (the hand-written client, for comparison)",
+    )
+    parser.add_argument(
+        "--s3-compare",
+        default="",
+        help="other transports read in the same interleaved rounds, e.g. botocore,http (--s3)",
     )
     parser.add_argument(
         "--s3-server-cpus",

@@ -57,7 +57,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 
@@ -208,6 +208,7 @@ def _config() -> Any:
     if "response_checksum_validation" in Config.OPTION_DEFAULTS:  # botocore >= 1.36
         extra = {"request_checksum_calculation": "when_required", "response_checksum_validation": "when_required"}
     return Config(
+        signature_version="s3v4",  # presigned URLs too (botocore's S3 default for those is still SigV2)
         max_pool_connections=64,
         retries={"mode": "standard", "total_max_attempts": TRIES},
         connect_timeout=SOCKET_TIMEOUT,
@@ -243,11 +244,12 @@ def client() -> Any:
 def reset_client() -> None:
     """Forget the client and its session (e.g. after the endpoint or credentials
     changed)."""
-    global _client, _session, _getter
+    global _client, _session, _getter, _presigned
     with _client_lock:
         _client = None
         _session = None
         _getter = None
+        _presigned = None
 
 
 def _error_code(err: Exception) -> str:
@@ -267,7 +269,7 @@ def stat(url: str, listed_size: Optional[int] = None) -> RemoteObject:
             _check_bucket(bucket, url)
             raise FileNotFoundError(f"no such object: {url}") from None
         raise TFRecordError(f"cannot stat the object: {err}", url) from err
-    if _transport != "botocore" and _settings.client_factory is None:
+    if _transport == "http" and _settings.client_factory is None:
         _range_getter()  # credentials resolved here, once: DataLoader workers forked later inherit them
     size = int(head["ContentLength"])
     if listed_size is not None and size != listed_size:
@@ -704,19 +706,166 @@ class _BotoBody:
         self.body.close()
 
 
-def _body_errors() -> Tuple[type, ...]:
+def _body_errors() -> Tuple[Type[Exception], ...]:
     """What a body that breaks off (or stalls) after its header raises: botocore wraps
     urllib3's ``ProtocolError``/``ReadTimeoutError`` (``ResponseStreamingError``,
     ``ReadTimeoutError``) and raises ``IncompleteReadError`` when fewer bytes than
     ``Content-Length`` came; plain socket errors are ``OSError``."""
+    import urllib3
     from botocore import exceptions as bex
 
-    return (OSError, bex.ResponseStreamingError, bex.IncompleteReadError, bex.ReadTimeoutError, bex.HTTPClientError)
+    return (
+        OSError,
+        urllib3.exceptions.HTTPError,  # ProtocolError (IncompleteRead), ReadTimeoutError
+        bex.ResponseStreamingError,
+        bex.IncompleteReadError,
+        bex.ReadTimeoutError,
+        bex.HTTPClientError,
+    )
 
 
-#: which S3 transport range GETs use: "botocore" (the client of ``client()``), or
-#: "http" (the hand-written client kept only to measure against; see benchmarks/README.md)
-_transport = os.environ.get("TFRECORD_IO_S3_TRANSPORT", "botocore")
+#: how S3 range GETs are sent: "presigned" (botocore presigns, urllib3 sends: see
+#: ``_Presigned``), "botocore" (``get_object``: botocore's whole request pipeline, used
+#: anyway with ``client_factory`` or a proxy), or "http" (the hand-written client, kept
+#: only to measure against; see benchmarks/README.md)
+_transport = os.environ.get("TFRECORD_IO_S3_TRANSPORT", "presigned")
+
+#: seconds a presigned URL is reused before it is made again (it is valid for
+#: ``PRESIGN_EXPIRES``; remade well before, so that credentials that rotate, e.g. an
+#: instance role's, are picked up by botocore's chain within minutes)
+PRESIGN_REUSE = 300.0
+PRESIGN_EXPIRES = 3600
+
+
+class _Presigned:
+    """Range GETs as botocore-presigned URLs sent by urllib3 (both maintained: botocore
+    does the SigV4 signing, credentials chain, region and endpoint and bucket-name
+    addressing; urllib3 the connections, keep-alive pool, TLS and retries).
+
+    Why not ``get_object`` for every GET: botocore's request pipeline (event hooks,
+    parameter handling, signing, response parsing with its timestamp parser) costs
+    ~2 ms of CPU per GET here against ~0.5 ms for a urllib3 GET; a global shuffle is
+    one GET per record or so, where that decides the rate (benchmarks/README.md). A
+    presigned URL (query-string SigV4, only ``host`` signed) is made once per object
+    version and process and reused for ``PRESIGN_REUSE`` seconds; ``Range`` and
+    ``If-Match`` are unsigned headers, which S3 honours as on any GET.
+
+    One per process: urllib3's pools hold sockets, never shared with a forked child."""
+
+    def __init__(self) -> None:
+        import urllib3
+
+        ca = os.environ.get("AWS_CA_BUNDLE") or None
+        if ca is None:
+            try:  # as botocore: certifi's bundle when it is installed
+                import certifi
+
+                ca = certifi.where()
+            except ImportError:
+                pass
+        self.http = urllib3.PoolManager(
+            num_pools=32,
+            maxsize=64,
+            block=False,
+            ca_certs=ca,
+            timeout=urllib3.Timeout(connect=SOCKET_TIMEOUT, read=SOCKET_TIMEOUT),
+        )
+        self.retry = urllib3.Retry(
+            total=TRIES - 1,
+            status_forcelist=(429, 500, 502, 503, 504),  # throttling (503 SlowDown) and outages
+            allowed_methods=None,
+            backoff_factor=0.25,
+            raise_on_status=False,  # the last answer is returned and mapped below
+            raise_on_redirect=False,
+            respect_retry_after_header=True,
+        )
+        self._urls: Dict[Tuple[str, str], Tuple[float, Any, str]] = {}
+        self._lock = threading.Lock()
+
+    def target(self, obj: RemoteObject, fresh: bool = False) -> Tuple[Any, str]:
+        """(urllib3 pool, path with the signature) of a GET of ``obj``."""
+        from urllib.parse import urlsplit
+
+        now = time.monotonic()
+        with self._lock:
+            hit = self._urls.get((obj.url, obj.etag))
+        if hit is not None and not fresh and now - hit[0] < PRESIGN_REUSE:
+            return hit[1], hit[2]
+        bucket, key = obj.bucket_key
+        url = client().generate_presigned_url(
+            "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=PRESIGN_EXPIRES
+        )
+        parts = urlsplit(url)
+        pool = self.http.connection_from_url(url)
+        path = parts.path + ("?" + parts.query if parts.query else "")
+        with self._lock:
+            if len(self._urls) > 100_000:
+                self._urls.clear()
+            self._urls[(obj.url, obj.etag)] = (now, pool, path)
+        return pool, path
+
+    def get(self, obj: RemoteObject, headers: Dict[str, str]) -> Any:
+        """urllib3's response (header read, body not) to a GET of ``obj``; a 403 to a
+        reused URL is asked once more with a new one (the credentials it was signed
+        with may have expired meanwhile)."""
+        for fresh in (False, True):
+            pool, path = self.target(obj, fresh)
+            resp = pool.urlopen(
+                "GET",
+                path,
+                headers=headers,
+                retries=self.retry,
+                redirect=False,
+                assert_same_host=False,
+                preload_content=False,
+                decode_content=False,
+            )
+            if resp.status != 403 or fresh:
+                return resp
+            resp.drain_conn()
+        raise AssertionError("unreachable")
+
+
+_presigned: Optional[_Presigned] = None
+_presigned_pid = 0
+
+
+def _presigner() -> _Presigned:
+    global _presigned, _presigned_pid
+    with _client_lock:
+        if _presigned is None or _presigned_pid != os.getpid():
+            _presigned, _presigned_pid = _Presigned(), os.getpid()
+        return _presigned
+
+
+def _proxied() -> bool:
+    """Whether the environment names a proxy for S3: then botocore's own HTTP session
+    (which honours proxies) sends the GETs."""
+    import urllib.request
+
+    return bool(urllib.request.getproxies_environment())
+
+
+class _UrllibBody:
+    """urllib3's response body read into the caller's buffer (``HTTPResponse.readinto``:
+    one copy of each byte, as botocore's ``StreamingBody`` also costs)."""
+
+    def __init__(self, resp: Any) -> None:
+        self.resp = resp
+
+    def readinto(self, view: memoryview) -> int:
+        got = 0
+        while got < len(view):
+            n = self.resp.readinto(view[got:])
+            if not n:
+                break
+            got += n
+        return got
+
+    def close(self) -> None:
+        # read to its end: the connection went back to the pool already; else closed
+        self.resp.close()
+        self.resp.release_conn()
 
 
 def _open(obj: RemoteObject, start: int, end: int) -> Any:
@@ -729,7 +878,42 @@ def _open(obj: RemoteObject, start: int, end: int) -> Any:
     retried as an outage; 412 (``If-Match``) and 404 mean the listed version is gone."""
     bucket, key = obj.bucket_key
     rng = f"bytes={start}-{end - 1}"
-    if _transport == "botocore" or _settings.client_factory is not None:
+    transport = _transport
+    if transport == "presigned" and (_settings.client_factory is not None or _proxied()):
+        transport = "botocore"
+    if transport == "presigned":
+        import urllib3
+
+        headers = {"Range": rng}
+        if obj.etag:
+            headers["If-Match"] = obj.etag
+        try:
+            resp = _presigner().get(obj, headers)
+        except urllib3.exceptions.HTTPError as err:  # after the retries: name the object
+            raise TFRecordError(f"range read of bytes {start}-{end - 1} failed: {err}", obj.url, start) from err
+        if resp.status not in (200, 206):
+            try:
+                text = resp.read(300).decode("utf-8", "replace")
+            except Exception:  # noqa: BLE001 - the status says enough
+                text = ""
+            resp.close()
+            resp.release_conn()
+            if resp.status == 412:
+                raise _changed(obj, start)
+            if resp.status == 404:
+                raise RemoteObjectChangedError("the object was deleted after it was listed", obj.url, start)
+            refused = storage_errors.access_error_from_status(resp.status, text, obj.url, start)
+            if refused is not None:  # credentials expired or revoked mid-read: not retried
+                raise refused
+            raise TFRecordError(f"range read of bytes {start}-{end - 1}: HTTP {resp.status}: {text}", obj.url, start)
+        body: Any = _UrllibBody(resp)
+        try:
+            _check_version(obj, start, resp.headers.get("content-range", ""), resp.headers.get("etag"))
+        except RemoteObjectChangedError:
+            body.close()
+            raise
+        length = resp.headers.get("content-length")
+    elif transport == "botocore":
         args: Dict[str, Any] = {"Bucket": bucket, "Key": key, "Range": rng}
         if obj.etag:
             args["IfMatch"] = obj.etag
@@ -743,7 +927,7 @@ def _open(obj: RemoteObject, start: int, end: int) -> Any:
             if code in ("404", "NoSuchKey", "NotFound"):
                 raise RemoteObjectChangedError("the object was deleted after it was listed", obj.url, start) from None
             raise TFRecordError(f"range read of bytes {start}-{end - 1} failed: {err}", obj.url, start) from err
-        body: Any = _BotoBody(response["Body"])
+        body = _BotoBody(response["Body"])
         try:
             _check_version(obj, start, str(response.get("ContentRange", "")), response.get("ETag"))
         except RemoteObjectChangedError:
