@@ -364,6 +364,82 @@ def bench_s3(args) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def with_gcs_reads(module, on: bool, make_loader: Callable[[], Callable[[], DataLoader]]) -> Callable[[], DataLoader]:
+    """A loader over ``gs://`` objects read by ``remote_reader`` (``on``) or by Beam's
+    ``FileSystems`` as before (``remote_reader._gcs_reads`` off while the dataset is made
+    and while its workers fork)."""
+    module._gcs_reads = on
+    make = make_loader()
+    module._gcs_reads = True
+
+    def made() -> DataLoader:
+        module._gcs_reads = on
+        return make()
+
+    return made
+
+
+def bench_gcs(args) -> None:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(here, "tests"))
+    from tfrecord_io import remote_reader
+
+    from gcs_support import find_fake_gcs_server, start_fake_gcs_server
+
+    binary = find_fake_gcs_server()
+    if binary is None:
+        raise SystemExit("fake-gcs-server not found: run `bash scripts/setup-gcs` (or set TFRECORD_IO_FAKE_GCS_SERVER)")
+    tmp = tempfile.mkdtemp(prefix="bench-gcs-")
+    server = start_fake_gcs_server(binary, tmp)
+    try:
+        # reads straight to the emulator, not through the test proxy (a Python thread in
+        # this process, which would count as the readers' CPU); the proxy is only for uploads
+        os.makedirs(os.path.join(tmp, "local"))
+        paths = write_image_files(os.path.join(tmp, "local"), args.images, args.files)
+        bucket = server.make_bucket()
+        b = server.client().bucket(bucket)
+        urls = []
+        for p in paths:
+            for suffix in ("", ".index"):
+                b.blob(os.path.basename(p) + suffix).upload_from_filename(p + suffix)
+            urls.append(f"gs://{bucket}/{os.path.basename(p)}")
+        os.environ["STORAGE_EMULATOR_HOST"] = server.server_endpoint
+        w = args.workers
+        contenders = [
+            batched_loader(paths, w),
+            with_gcs_reads(remote_reader, True, lambda: batched_loader(urls, w)),
+            with_gcs_reads(remote_reader, False, lambda: batched_loader(urls, w)),
+            batched_loader(paths, w, shuffle="global", seed=1),
+            with_gcs_reads(remote_reader, True, lambda: batched_loader(urls, w, shuffle="global", seed=1)),
+            with_gcs_reads(remote_reader, False, lambda: batched_loader(urls, w, shuffle="global", seed=1)),
+        ]
+        load_before = _load()
+        rates = best_rates_and_server(contenders, args.repeats, server.process.pid)
+        s = remote_reader.settings()
+        print(
+            f"{args.images} records of 64 KiB in {args.files} files, {w} workers; GCS: fake-gcs-server on "
+            f"127.0.0.1 (its filesystem backend), server and readers sharing every CPU; remote_reader: "
+            f"{s.parallel} runs in flight per sequential reader, {s.block_size >> 20} MiB per GET, "
+            f"{s.random_parallel} GETs in flight for a global-shuffle window; before: {load_before}; after: {_load()}"
+        )
+        print(
+            "| reading | local disk rec/s (CPU us/rec) | gs:// remote_reader rec/s (CPU us/rec; server) "
+            "| gs:// Beam FileSystems rec/s (CPU us/rec; server) | **remote_reader / Beam** rate (CPU) |"
+        )
+        print("|---|---:|---:|---:|---:|")
+        for name, (lr, lc, _), (nr, nc, nv), (br, bc, bv) in (
+            ("sequential", rates[0], rates[1], rates[2]),
+            ("global shuffle", rates[3], rates[4], rates[5]),
+        ):
+            print(
+                f"| {name} | {lr:,.0f} ({lc:.1f}) | {nr:,.0f} ({nc:.1f}; {nv:.1f}) | {br:,.0f} ({bc:.1f}; {bv:.1f}) "
+                f"| **{nr / br:.2f}x** ({bc / nc:.2f}x) |"
+            )
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 class _Slow:
     """A 5 ms per-record transform (sleep: the stand-in for decoding that the issue used)."""
 
@@ -455,12 +531,15 @@ def main(argv: List[str] = None) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--global", dest="global_", action="store_true", help="global shuffle vs sequential")
     mode.add_argument("--s3", action="store_true", help="S3 (versitygw on 127.0.0.1) vs local disk")
+    mode.add_argument("--gcs", action="store_true", help="gs:// (fake-gcs-server on 127.0.0.1): ours vs Beam's")
     mode.add_argument("--resume", action="store_true", help="StatefulDataLoader resume at 90%%")
     args = parser.parse_args(argv)
     if args.global_:
         return bench_global(args)
     if args.s3:
         return bench_s3(args)
+    if args.gcs:
+        return bench_gcs(args)
     if args.resume:
         return bench_resume(args)
 
