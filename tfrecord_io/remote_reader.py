@@ -264,6 +264,7 @@ def reset_client() -> None:
         _session = None
         _getter = None
         _presigned = None
+        _signed.clear()
 
 
 def _error_code(err: Exception) -> str:
@@ -288,7 +289,10 @@ def stat(url: str, listed_size: Optional[int] = None) -> RemoteObject:
         raise TFRecordError(f"cannot stat the object: {err}", url) from err
     if _transport == "http" and _settings.client_factory is None:
         _range_getter()  # credentials resolved here, once: DataLoader workers forked later inherit them
-    return _check_listed(RemoteObject(url, int(head["ContentLength"]), str(head.get("ETag", ""))), listed_size)
+    obj = _check_listed(RemoteObject(url, int(head["ContentLength"]), str(head.get("ETag", ""))), listed_size)
+    if _transport == "presigned" and _settings.client_factory is None and not _proxied():
+        _presign(obj)  # here, once: DataLoader workers forked later inherit the URL
+    return obj
 
 
 def _check_listed(obj: RemoteObject, listed_size: Optional[int]) -> RemoteObject:
@@ -887,8 +891,9 @@ class _Presigned:
     ~2 ms of CPU per GET here against ~0.5 ms for a urllib3 GET; a global shuffle is
     one GET per record or so, where that decides the rate (benchmarks/README.md). A
     presigned URL (query-string SigV4, only ``host`` signed) is made once per object
-    version and process and reused for ``PRESIGN_REUSE`` seconds; ``Range`` and
-    ``If-Match`` are unsigned headers, which S3 honours as on any GET.
+    version, by ``stat`` (forked workers inherit it, ``_signed``), and reused for
+    ``PRESIGN_REUSE`` seconds; ``Range`` and ``If-Match`` are unsigned headers, which S3
+    honours as on any GET.
 
     One per process: urllib3's pools hold sockets, never shared with a forked child."""
 
@@ -919,30 +924,23 @@ class _Presigned:
             raise_on_redirect=False,
             respect_retry_after_header=True,
         )
-        self._urls: Dict[Tuple[str, str], Tuple[float, Any, str]] = {}
+        self._targets: Dict[str, Tuple[Any, str]] = {}  # presigned URL -> (pool, path)
         self._lock = threading.Lock()
 
     def target(self, obj: RemoteObject, fresh: bool = False) -> Tuple[Any, str]:
         """(urllib3 pool, path with the signature) of a GET of ``obj``."""
         from urllib.parse import urlsplit
 
-        now = time.monotonic()
-        with self._lock:
-            hit = self._urls.get((obj.url, obj.etag))
-        if hit is not None and not fresh and now - hit[0] < PRESIGN_REUSE:
-            return hit[1], hit[2]
-        bucket, key = obj.bucket_key
-        url = client().generate_presigned_url(
-            "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=PRESIGN_EXPIRES
-        )
-        parts = urlsplit(url)
-        pool = self.http.connection_from_url(url)
-        path = parts.path + ("?" + parts.query if parts.query else "")
-        with self._lock:
-            if len(self._urls) > 100_000:
-                self._urls.clear()
-            self._urls[(obj.url, obj.etag)] = (now, pool, path)
-        return pool, path
+        url = _presign(obj, fresh)
+        hit = self._targets.get(url)
+        if hit is None:
+            parts = urlsplit(url)
+            hit = (self.http.connection_from_url(url), parts.path + ("?" + parts.query if parts.query else ""))
+            with self._lock:
+                if len(self._targets) > 100_000:
+                    self._targets.clear()
+                self._targets[url] = hit
+        return hit
 
     def get(self, obj: RemoteObject, headers: Dict[str, str]) -> Any:
         """urllib3's response (header read, body not) to a GET of ``obj``; a 403 to a
@@ -968,6 +966,28 @@ class _Presigned:
 
 _presigned: Optional[_Presigned] = None
 _presigned_pid = 0
+
+#: (object URL, ETag) -> (when made, presigned URL): plain strings, so DataLoader workers
+#: forked after ``stat`` (which presigns) inherit them and need no boto3 client of their
+#: own (making one costs ~10-30 ms per worker and epoch)
+_signed: Dict[Tuple[str, str], Tuple[float, str]] = {}
+
+
+def _presign(obj: RemoteObject, fresh: bool = False) -> str:
+    """The presigned GET URL of ``obj`` made in the last ``PRESIGN_REUSE`` seconds (in
+    this process or its parent), else a new one."""
+    now = time.monotonic()
+    hit = _signed.get((obj.url, obj.etag))
+    if hit is not None and not fresh and now - hit[0] < PRESIGN_REUSE:
+        return hit[1]
+    bucket, key = obj.bucket_key
+    url = str(
+        client().generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=PRESIGN_EXPIRES)
+    )
+    if len(_signed) > 100_000:
+        _signed.clear()
+    _signed[(obj.url, obj.etag)] = (now, url)
+    return url
 
 
 def _presigner() -> _Presigned:
