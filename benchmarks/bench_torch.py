@@ -262,8 +262,6 @@ def with_transport(module, transport: str, make: Callable[[], DataLoader]) -> Ca
 
     def made() -> DataLoader:
         module._transport = transport
-        if transport == "http":
-            module._range_getter()  # credentials resolved in the parent, as main's stat() does
         return make()
 
     return made
@@ -515,12 +513,13 @@ def main(argv: List[str] = None) -> None:
         "--s3-transport",
         default="presigned",
         help="how the S3 reads send their GETs (--s3): presigned (the default: botocore presigns, urllib3 "
-        "sends), botocore (get_object), http (the hand-written client, for comparison)",
+        "sends) or botocore (get_object); the hand-written client (http) was measured against in the "
+        "commits before it was deleted (benchmarks/README.md)",
     )
     parser.add_argument(
         "--s3-compare",
         default="",
-        help="other transports read in the same interleaved rounds, e.g. botocore,http (--s3)",
+        help="other transports read in the same interleaved rounds, e.g. botocore (--s3)",
     )
     parser.add_argument(
         "--s3-server-cpus",

@@ -1,46 +1,55 @@
-"""Reading TFRecord objects from S3 with range requests: read-ahead, parallel fetches,
-every byte fetched once, the object pinned to the version that was listed.
+"""Reading TFRecord objects from S3 and GCS with range requests: read-ahead, parallel
+fetches, every byte fetched once, the object pinned to the version that was listed.
 
 Why not Beam's ``FileSystems.open``: it reads one buffer at a time on one connection,
 so a reader waits a round trip per buffer, and nothing notices an object replaced
 while it is read. Here a reader knows the byte ranges it will read (from the index, or
 "the rest of the object"), keeps ``parallel`` range GETs in flight ahead of the
-consumer, and sends each with ``If-Match: <ETag>`` (and checks ``Content-Range``):
-an object that changed since it was listed is a ``RemoteObjectChangedError`` naming
-it, never a mix of two versions. Frames are still checked (length, both CRCs) by the
-same scanners as local files.
+consumer, and pins each to the version it listed: on S3 ``If-Match: <ETag>`` (and the
+``Content-Range`` total checked), on GCS the object's generation (asked for by number,
+with ``if_generation_match``). An object that changed since it was listed is a
+``RemoteObjectChangedError`` naming it, never a mix of two versions; on GCS even a
+replacement by the same bytes is (a new generation). Frames are still checked (length,
+both CRCs) by the same scanners as local files.
 
 Which requests. A sequential read (an indexed piece: blocks of whole frames of about
 ``block_size`` bytes; an unindexed or compressed one: consecutive ``block_size``
 ranges) asks for runs of consecutive blocks of up to ``request_size`` bytes in one GET
-each, and reads each response block by block into reused buffers as the consumer
-needs them: the request's fixed cost (ours and the server's: ~0.2 ms and ~1 ms of CPU
-here) is paid once per ``request_size``, while the memory held is a few blocks per
-request in flight (``AHEAD_BLOCKS``), not the whole request. A connection that breaks
-in the middle of a response is asked again for the rest (``If-Match`` still on). An
-unindexed piece that ends inside the object reads past its end one block at a time,
-only as far as its last record needs. A set of records (a window of a global shuffle)
-is one request per run of adjacent frames, ``random_parallel`` of them in flight.
-``STATS`` counts requests and bytes in this process, for tests and benchmarks.
+each (GCS: one GET per block), and reads each response block by block into reused
+buffers as the consumer needs them: the memory held is a few blocks per request in
+flight (``AHEAD_BLOCKS``), not the whole request. A response that breaks off in the
+middle is asked again for the rest (still pinned). An unindexed piece that ends inside
+the object reads past its end one block at a time, only as far as its last record
+needs. A set of records (a window of a global shuffle) is one request per run of
+adjacent frames, ``random_parallel`` of them in flight. ``STATS`` counts requests and
+bytes in this process, for tests and benchmarks.
 
-HTTP: a small HTTP/1.1 client of its own (kept-alive connections in a process-wide
-pool, plain or TLS), not ``http.client``: the body is received straight into the
-caller's buffer, and a request costs a SigV4 signature, one ``sendall`` and a header
-parse (``http.client`` parses headers with the ``email`` package). The server's
-``Connection: close`` is honoured.
+Transport: maintained libraries only, no HTTP or signing of our own.
+``s3://``: botocore presigns a GET of each object version once (SigV4, its credential
+chain, region, endpoint and bucket addressing; ``stat`` does it, so forked DataLoader
+workers inherit the URL) and urllib3 sends the range GETs (keep-alive pool, TLS, retries
+with backoff on connection errors, 429 and 5xx such as 503 SlowDown), the body received
+into the caller's buffer. botocore's own ``get_object`` costs ~2 ms of CPU per 64 KiB GET here
+against ~0.4-0.6 ms, which decides a global shuffle's rate (benchmarks/README.md); it is
+used when ``configure(client_factory=...)`` gives a client or a proxy is set in the
+environment (botocore's HTTP session honours proxies; ``_Presigned`` does not).
+``gs://``: google-cloud-storage (``gcs_clients.storage_client``: one client per
+process, anonymous with an emulator in ``STORAGE_EMULATOR_HOST``), its default retries.
+Refusals (403, no credentials) are ``StorageAccessError`` via ``storage_errors``, never
+retried as an outage.
 
 Optional local cache (``configure(cache_dir=..., cache_bytes=...)``): whole
-``CACHE_CHUNK`` bytes chunks of an object version (keyed by URL, ETag and chunk number)
-kept as files under ``cache_dir``; the least recently used go once the total passes
-``cache_bytes``. With the cache on, every read goes through whole chunks: a chunk is
-fetched once and the next range of a sequential read finds the rest of it in the
-cache (a chunk that two readers need at once, e.g. at a shard boundary, may be
-fetched by both). Later epochs read from the cache as far as it holds them.
+``CACHE_CHUNK`` bytes chunks of an object version (keyed by URL, ETag or generation,
+and chunk number) kept as files under ``cache_dir``; the least recently used go once
+the total passes ``cache_bytes``. With the cache on, every read goes through whole
+chunks: a chunk is fetched once and the next range of a sequential read finds the rest
+of it in the cache (a chunk that two readers need at once, e.g. at a shard boundary,
+may be fetched by both). Later epochs read from the cache as far as it holds them.
 
 Credentials and endpoint: boto3's usual sources (``AWS_*`` variables,
-``AWS_ENDPOINT_URL``, config files); ``configure(client_factory=...)`` replaces the
-client (and then every GET goes through it). Only ``s3://`` is read this way; other
-schemes go through Beam's ``FileSystems``. Nothing here imports torch or Beam.
+``AWS_ENDPOINT_URL``, config files, instance roles) for S3; Google's default
+credentials for GCS. Other schemes (``az://``...) go through Beam's ``FileSystems``
+(the callers decide, by ``handles``). Nothing here imports torch or Beam.
 """
 
 from __future__ import annotations
@@ -49,8 +58,6 @@ import hashlib
 import io
 import os
 import queue
-import socket
-import struct
 import sys
 import threading
 import time
@@ -62,7 +69,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optiona
 import numpy as np
 
 from . import storage_errors
-from .errors import StorageAccessError, TFRecordError, TruncatedRecordError
+from .errors import TFRecordError, TruncatedRecordError
 
 #: what a range read returns: a view of a receive buffer (or bytes from the cache)
 Data = Union[bytes, memoryview]
@@ -258,11 +265,10 @@ def client() -> Any:
 def reset_client() -> None:
     """Forget the client and its session (e.g. after the endpoint or credentials
     changed)."""
-    global _client, _session, _getter, _presigned
+    global _client, _session, _presigned
     with _client_lock:
         _client = None
         _session = None
-        _getter = None
         _presigned = None
         _signed.clear()
 
@@ -287,8 +293,6 @@ def stat(url: str, listed_size: Optional[int] = None) -> RemoteObject:
             _check_bucket(bucket, url)
             raise FileNotFoundError(f"no such object: {url}") from None
         raise TFRecordError(f"cannot stat the object: {err}", url) from err
-    if _transport == "http" and _settings.client_factory is None:
-        _range_getter()  # credentials resolved here, once: DataLoader workers forked later inherit them
     obj = _check_listed(RemoteObject(url, int(head["ContentLength"]), str(head.get("ETag", ""))), listed_size)
     if _transport == "presigned" and _settings.client_factory is None and not _proxied():
         _presign(obj)  # here, once: DataLoader workers forked later inherit the URL
@@ -482,325 +486,6 @@ POOLED_MIN = 256 << 10
 _BUFFERS = _BufferPool()
 
 
-# ---------------------------------------------------------------------- HTTP
-
-
-class _Connection:
-    """One HTTP/1.1 connection (plain, or TLS for ``https``), reused while the server
-    keeps it open.
-
-    A plain connection is a blocking socket with the kernel's own timeouts
-    (``SO_RCVTIMEO``/``SO_SNDTIMEO``) rather than Python's: then a body is received with
-    ``MSG_WAITALL``, one system call per block that waits in the kernel without the GIL.
-    Python's timeout sockets poll and receive whatever has arrived, and the thread must
-    take the GIL back after every piece, which it waits for while the consumer parses
-    (the read-ahead then barely overlaps the consumer's work)."""
-
-    def __init__(self, scheme: str, host: str, port: int) -> None:
-        sock = socket.create_connection((host, port), timeout=SOCKET_TIMEOUT)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.waitall = False
-        if scheme == "https":
-            import ssl
-
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
-        elif hasattr(socket, "MSG_WAITALL") and hasattr(socket, "SO_RCVTIMEO"):
-            limit = struct.pack("ll", int(SOCKET_TIMEOUT), 0)
-            sock.settimeout(None)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
-            self.waitall = True
-        self.sock: Any = sock
-        self.key = (scheme, host, port)
-
-    def recv_into(self, view: memoryview) -> int:
-        """Receive into ``view``: all of it unless the connection ends or times out."""
-        if self.waitall:
-            return int(self.sock.recv_into(view, len(view), socket.MSG_WAITALL))
-        return int(self.sock.recv_into(view))
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-
-class _Connections:
-    """Idle kept-alive connections of this process, by (scheme, host, port): any thread
-    takes one for a request and gives it back once the response is read to its end."""
-
-    LIMIT = 64
-
-    def __init__(self) -> None:
-        self._idle: Dict[Tuple[str, str, int], List[_Connection]] = {}
-        self._lock = threading.Lock()
-
-    def take(self, key: Tuple[str, str, int], fresh: bool) -> _Connection:
-        if not fresh:
-            with self._lock:
-                idle = self._idle.get(key)
-                if idle:
-                    return idle.pop()
-        return _Connection(*key)
-
-    def give_back(self, conn: _Connection) -> None:
-        with self._lock:
-            idle = self._idle.setdefault(conn.key, [])
-            if len(idle) < self.LIMIT:
-                idle.append(conn)
-                return
-        conn.close()
-
-
-#: bytes asked for at once while reading a response's header (the start of the body
-#: that comes with it is copied once more; the rest is received in place)
-_HEAD_CHUNK = 8192
-
-
-class _Response:
-    """A response whose header has been read; its body is read with ``readinto``."""
-
-    def __init__(self, conn: _Connection, pool: _Connections, status: int, headers: Dict[str, str], rest: Any) -> None:
-        self.conn: Optional[_Connection] = conn
-        self.pool = pool
-        self.status = status
-        self.headers = headers
-        self._rest = memoryview(rest)  # body bytes that came with the header
-        length = headers.get("content-length")
-        self.remaining: Optional[int] = int(length) if length is not None and length.isdigit() else None
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            self._dechunk()
-
-    def _recv_into(self, view: memoryview) -> int:
-        assert self.conn is not None
-        if self._rest:
-            n = min(len(self._rest), len(view))
-            view[:n] = self._rest[:n]
-            self._rest = self._rest[n:]
-            return n
-        return self.conn.recv_into(view)
-
-    def readinto(self, view: memoryview) -> int:
-        """Fill ``view`` from the body; fewer bytes only where the body (or the
-        connection) ended."""
-        want = len(view) if self.remaining is None else min(len(view), self.remaining)
-        got = 0
-        while got < want:
-            n = self._recv_into(view[got:want])
-            if not n:
-                break
-            got += n
-        if self.remaining is not None:
-            self.remaining -= got
-        return got
-
-    def read(self, limit: int = 1 << 20) -> bytes:
-        """The rest of the body (at most ``limit`` bytes: an error message)."""
-        out = bytearray()
-        buf = memoryview(bytearray(65536))
-        while len(out) < limit and (self.remaining is None or self.remaining > 0):
-            n = self.readinto(buf)
-            if not n:
-                break
-            out += buf[:n]
-        return bytes(out)
-
-    def _dechunk(self) -> None:
-        """A chunked body (servers send one only for small responses, e.g. errors):
-        read it whole now, then serve it as if it had come with the header."""
-        body = bytearray()
-        pending = bytearray(self._rest)
-        self._rest = memoryview(b"")
-        assert self.conn is not None
-        sock = self.conn.sock
-
-        def line() -> bytes:
-            while b"\r\n" not in pending:
-                chunk = sock.recv(_HEAD_CHUNK)
-                if not chunk:
-                    raise ConnectionError("the connection closed inside a chunked body")
-                pending.extend(chunk)
-            i = pending.index(b"\r\n")
-            out = bytes(pending[:i])
-            del pending[: i + 2]
-            return out
-
-        while True:
-            size = int(line().split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                while line():  # trailers, then the empty line
-                    pass
-                break
-            while len(pending) < size + 2:
-                chunk = sock.recv(max(_HEAD_CHUNK, size + 2 - len(pending)))
-                if not chunk:
-                    raise ConnectionError("the connection closed inside a chunked body")
-                pending.extend(chunk)
-            body += pending[:size]
-            del pending[: size + 2]
-        self._rest = memoryview(bytes(body))
-        self.remaining = len(body)
-
-    def close(self) -> None:
-        """Give the connection back when the body was read to its end and the server
-        keeps it open, else close it."""
-        conn, self.conn = self.conn, None
-        if conn is None:
-            return
-        if self.remaining == 0 and not self._rest and "close" not in self.headers.get("connection", "").lower():
-            self.pool.give_back(conn)
-        else:
-            conn.close()
-
-
-def _exchange(conn: _Connection, pool: _Connections, request: bytes) -> _Response:
-    """Send ``request`` and read the response's header (the connection's errors are
-    ``OSError``s: the caller may try again on a new connection)."""
-    sock = conn.sock
-    sock.sendall(request)
-    buf = bytearray()
-    searched = 0
-    while True:
-        end = buf.find(b"\r\n\r\n", max(0, searched - 3))
-        if end < 0:
-            searched = len(buf)
-            if searched > (1 << 20):
-                raise ConnectionError("the response header is longer than 1 MiB")
-            chunk = sock.recv(_HEAD_CHUNK)
-            if not chunk:
-                raise ConnectionError("the server closed the connection without a response")
-            buf += chunk
-            continue
-        lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-            raise ConnectionError(f"not an HTTP response: {lines[0][:100]!r}")
-        status = int(parts[1])
-        if 100 <= status < 200:  # an interim response: the real one follows
-            del buf[: end + 4]
-            searched = 0
-            continue
-        headers: Dict[str, str] = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            name = name.strip().lower()
-            headers[name] = f"{headers[name]}, {value.strip()}" if name in headers else value.strip()
-        return _Response(conn, pool, status, headers, bytes(buf[end + 4 :]))
-
-
-class _RangeGetter:
-    """Signed range GETs without boto3's request pipeline: boto3 spends 1.3-1.6 ms of CPU
-    per 64 KiB GET here (event hooks, parsing), ``http.client`` ~0.4 ms; this client
-    ~0.2 ms (a SigV4 signature, one ``sendall``, a header parse; on a kept-alive
-    connection, the receive included). Credentials, region and
-    endpoint are resolved once through boto3's usual chain (environment, config files,
-    instance roles; refreshed when they expire); with ``AWS_ENDPOINT_URL(_S3)``
-    objects are addressed path-style on that endpoint, otherwise virtual-hosted on AWS."""
-
-    _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-
-    def __init__(self) -> None:
-        import boto3
-
-        session = boto3.session.Session()
-        self.credentials = session.get_credentials()
-        if self.credentials is None:
-            raise StorageAccessError(
-                "no credentials for the store (S3)", "s3://", hint=storage_errors.hint_for("s3://", "missing")
-            )
-        self.region = session.region_name or "us-east-1"
-        self.endpoint = (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "").rstrip("/")
-        self.pool = _Connections()
-        self._keys: Dict[Tuple[str, str], bytes] = {}
-
-    def _signing_key(self, secret: str, day: str) -> bytes:
-        import hmac
-
-        key = self._keys.get((secret, day))
-        if key is None:
-            key = ("AWS4" + secret).encode()
-            for part in (day, self.region, "s3", "aws4_request"):
-                key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-            self._keys = {(secret, day): key}
-        return key
-
-    def url(self, bucket: str, key: str) -> Tuple[str, str, int, str, str]:
-        """(scheme, host, port, Host header, canonical path) of an object."""
-        from urllib.parse import quote, urlsplit
-
-        path = quote(key, safe="/~")
-        if self.endpoint:
-            parts = urlsplit(self.endpoint)
-            scheme = parts.scheme or "https"
-            port = parts.port or (443 if scheme == "https" else 80)
-            return scheme, parts.hostname or "", port, parts.netloc, f"{parts.path.rstrip('/')}/{bucket}/{path}"
-        host = f"{bucket}.s3.{self.region}.amazonaws.com"
-        return "https", host, 443, host, f"/{path}"
-
-    def request(self, bucket: str, key: str, headers: Dict[str, str]) -> Tuple[Tuple[str, str, int], bytes]:
-        """(connection key, the bytes of a signed GET of the object with ``headers``)."""
-        import hmac
-
-        creds = self.credentials.get_frozen_credentials()
-        scheme, host, port, host_header, canonical_path = self.url(bucket, key)
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        day = stamp[:8]
-        signed = {"host": host_header, "x-amz-content-sha256": self._EMPTY_SHA256, "x-amz-date": stamp}
-        if creds.token:
-            signed["x-amz-security-token"] = creds.token
-        names = ";".join(sorted(signed))
-        canonical = "\n".join(
-            [
-                "GET",
-                canonical_path,
-                "",
-                "".join(f"{k}:{signed[k]}\n" for k in sorted(signed)),
-                names,
-                self._EMPTY_SHA256,
-            ]
-        )
-        scope = f"{day}/{self.region}/s3/aws4_request"
-        to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-        signature = hmac.new(self._signing_key(creds.secret_key, day), to_sign.encode(), hashlib.sha256).hexdigest()
-        auth = f"AWS4-HMAC-SHA256 Credential={creds.access_key}/{scope}, SignedHeaders={names}, Signature={signature}"
-        lines = [f"GET {canonical_path} HTTP/1.1", f"Host: {host_header}"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        lines += [f"{k}: {v}" for k, v in signed.items() if k != "host"]
-        lines += [f"Authorization: {auth}", "", ""]
-        return (scheme, host, port), "\r\n".join(lines).encode("latin-1")
-
-    def get(self, bucket: str, key: str, headers: Dict[str, str]) -> _Response:
-        """GET the object: the response with its header read. A broken kept-alive
-        connection (or one that fails before the header) is tried again on a new one."""
-        target, request = self.request(bucket, key, headers)
-        for attempt in range(TRIES):
-            conn = self.pool.take(target, fresh=attempt > 0)
-            try:
-                return _exchange(conn, self.pool, request)
-            except OSError:
-                conn.close()
-                if attempt == TRIES - 1:
-                    raise
-        raise AssertionError("unreachable")
-
-
-_getter: Optional[_RangeGetter] = None
-_getter_pid = 0
-
-
-def _range_getter() -> _RangeGetter:
-    global _getter, _getter_pid
-    with _client_lock:
-        if _getter is None or _getter_pid != os.getpid():  # no sockets shared with a parent
-            if _getter is not None:
-                _getter.pool = _Connections()
-            else:
-                _getter = _RangeGetter()
-            _getter_pid = os.getpid()
-        return _getter
-
-
 # ---------------------------------------------------------------------- range reads
 
 
@@ -869,9 +554,9 @@ def _body_errors() -> Tuple[Type[Exception], ...]:
 
 
 #: how S3 range GETs are sent: "presigned" (botocore presigns, urllib3 sends: see
-#: ``_Presigned``), "botocore" (``get_object``: botocore's whole request pipeline, used
-#: anyway with ``client_factory`` or a proxy), or "http" (the hand-written client, kept
-#: only to measure against; see benchmarks/README.md)
+#: ``_Presigned``), or "botocore" (``get_object``: botocore's whole request pipeline,
+#: used anyway with ``client_factory`` or a proxy; ~2 ms of CPU per GET, see
+#: benchmarks/README.md)
 _transport = os.environ.get("TFRECORD_IO_S3_TRANSPORT", "presigned")
 
 #: seconds a presigned URL is reused before it is made again (it is valid for
@@ -1069,14 +754,13 @@ def _open(obj: RemoteObject, start: int, end: int) -> Any:
     if transport == "presigned" and (_settings.client_factory is not None or _proxied()):
         transport = "botocore"
     if transport == "presigned":
-        import urllib3
-
         headers = {"Range": rng}
         if obj.etag:
             headers["If-Match"] = obj.etag
         try:
             resp = _presigner().get(obj, headers)
-        except urllib3.exceptions.HTTPError as err:  # after the retries: name the object
+        except Exception as err:  # urllib3's errors after its retries, botocore's when presigning
+            storage_errors.raise_access_error(err, obj.url)  # no credentials: not an outage
             raise TFRecordError(f"range read of bytes {start}-{end - 1} failed: {err}", obj.url, start) from err
         if resp.status not in (200, 206):
             try:
@@ -1100,7 +784,7 @@ def _open(obj: RemoteObject, start: int, end: int) -> Any:
             body.close()
             raise
         length = resp.headers.get("content-length")
-    elif transport == "botocore":
+    else:  # botocore's get_object
         args: Dict[str, Any] = {"Bucket": bucket, "Key": key, "Range": rng}
         if obj.etag:
             args["IfMatch"] = obj.etag
@@ -1121,35 +805,6 @@ def _open(obj: RemoteObject, start: int, end: int) -> Any:
             body.close()
             raise
         length = response.get("ContentLength")
-    else:
-        headers = {"Range": rng}
-        if obj.etag:
-            headers["If-Match"] = obj.etag
-        try:
-            resp = _range_getter().get(bucket, key, headers)
-        except OSError as err:  # after the retries: name the object
-            raise TFRecordError(f"range read of bytes {start}-{end - 1} failed: {err}", obj.url, start) from err
-        if resp.status not in (200, 206):
-            try:
-                text = resp.read(300).decode("utf-8", "replace")
-            except OSError:
-                text = ""
-            resp.close()
-            if resp.status == 412:
-                raise _changed(obj, start)
-            if resp.status == 404:
-                raise RemoteObjectChangedError("the object was deleted after it was listed", obj.url, start)
-            refused = storage_errors.access_error_from_status(resp.status, text, obj.url, start)
-            if refused is not None:  # credentials expired or revoked mid-read: not retried
-                raise refused
-            raise TFRecordError(f"range read of bytes {start}-{end - 1}: HTTP {resp.status}: {text}", obj.url, start)
-        try:
-            _check_version(obj, start, resp.headers.get("content-range", ""), resp.headers.get("etag"))
-        except RemoteObjectChangedError:
-            resp.close()
-            raise
-        length = resp.remaining
-        body = resp
     if length is not None and int(length) != end - start:
         body.close()
         raise TruncatedRecordError(
