@@ -15,13 +15,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("google.cloud.storage")
 
-from torch.utils.data import DataLoader  # noqa: E402
+from torch.utils.data import DataLoader
 
-from tfrecord_io import remote_reader  # noqa: E402
-from tfrecord_io.remote_reader import STATS, RemoteObjectChangedError  # noqa: E402
-from tfrecord_io.torch import TFRecordBatchDataset, TFRecordDataset  # noqa: E402
+from tfrecord_io import remote_reader
+from tfrecord_io.remote_reader import STATS, RemoteObjectChangedError
+from tfrecord_io.torch import TFRecordBatchDataset, TFRecordDataset
 
-from tests.torch_data import write_examples  # noqa: E402
+from tests.torch_data import write_examples
 
 pytestmark = [pytest.mark.gcs, pytest.mark.filterwarnings("ignore:This DataLoader will create")]
 
