@@ -1,13 +1,14 @@
-"""Reading TFRecord objects from S3 and GCS with range requests: read-ahead, parallel
-fetches, every byte fetched once, the object pinned to the version that was listed.
+"""Reading TFRecord objects from S3, GCS and Azure Blob Storage with range requests:
+read-ahead, parallel fetches, every byte fetched once, the object pinned to the version
+that was listed.
 
 Why not Beam's ``FileSystems.open``: it reads one buffer at a time on one connection,
 so a reader waits a round trip per buffer, and nothing notices an object replaced
 while it is read. Here a reader knows the byte ranges it will read (from the index, or
 "the rest of the object"), keeps ``parallel`` range GETs in flight ahead of the
-consumer, and pins each to the version it listed: on S3 ``If-Match: <ETag>`` (and the
-``Content-Range`` total checked), on GCS the object's generation (asked for by number,
-with ``if_generation_match``). An object that changed since it was listed is a
+consumer, and pins each to the version it listed: on S3 and Azure ``If-Match: <ETag>``
+(on S3 the ``Content-Range`` total checked too), on GCS the object's generation (asked
+for by number, with ``if_generation_match``). An object that changed since it was listed is a
 ``RemoteObjectChangedError`` naming it, never a mix of two versions; on GCS even a
 replacement by the same bytes is (a new generation). Frames are still checked (length,
 both CRCs) by the same scanners as local files.
@@ -15,7 +16,7 @@ both CRCs) by the same scanners as local files.
 Which requests. A sequential read (an indexed piece: blocks of whole frames of about
 ``block_size`` bytes; an unindexed or compressed one: consecutive ``block_size``
 ranges) asks for runs of consecutive blocks of up to ``request_size`` bytes in one GET
-each (GCS: one GET per block), and reads each response block by block into reused
+each (GCS, Azure: one GET per block), and reads each response block by block into reused
 buffers as the consumer needs them: the memory held is a few blocks per request in
 flight (``AHEAD_BLOCKS``), not the whole request. A response that breaks off in the
 middle is asked again for the rest (still pinned). An unindexed piece that ends inside
@@ -35,6 +36,9 @@ used when ``configure(client_factory=...)`` gives a client or a proxy is set in 
 environment (botocore's HTTP session honours proxies; ``_Presigned`` does not).
 ``gs://``: google-cloud-storage (``gcs_clients.storage_client``: one client per
 process, anonymous with an emulator in ``STORAGE_EMULATOR_HOST``), its default retries.
+``azfs://account/container/blob``: azure-storage-blob (a client per process and account
+from ``AZURE_STORAGE_CONNECTION_STRING``, else ``DefaultAzureCredential``), azure-core's
+retries.
 Refusals (403, no credentials) are ``StorageAccessError`` via ``storage_errors``, never
 retried as an outage.
 
@@ -48,8 +52,9 @@ may be fetched by both). Later epochs read from the cache as far as it holds the
 
 Credentials and endpoint: boto3's usual sources (``AWS_*`` variables,
 ``AWS_ENDPOINT_URL``, config files, instance roles) for S3; Google's default
-credentials for GCS. Other schemes (``az://``...) go through Beam's ``FileSystems``
-(the callers decide, by ``handles``). Nothing here imports torch or Beam.
+credentials for GCS; the connection string or azure-identity for Azure. Other schemes
+go through Beam's ``FileSystems`` (the callers decide, by ``handles``). Nothing here
+imports torch or Beam.
 """
 
 from __future__ import annotations
@@ -69,7 +74,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optiona
 import numpy as np
 
 from . import storage_errors
-from .errors import TFRecordError, TruncatedRecordError
+from .errors import StorageAccessError, TFRecordError, TruncatedRecordError
 
 #: what a range read returns: a view of a receive buffer (or bytes from the cache)
 Data = Union[bytes, memoryview]
@@ -195,16 +200,25 @@ def is_gcs(path: str) -> bool:
 _gcs_reads = True
 
 
+def is_azure(path: str) -> bool:
+    """``azfs://account/container/blob`` (Beam's form of an Azure blob's path)."""
+    return str(path).startswith("azfs://")
+
+
 def handles(path: str) -> bool:
-    """Whether objects at ``path`` are read by this module (``s3://``, ``gs://``)."""
-    return is_s3(path) or (_gcs_reads and is_gcs(path))
+    """Whether objects at ``path`` are read by this module (``s3://``, ``gs://``,
+    ``azfs://``)."""
+    return is_s3(path) or (_gcs_reads and is_gcs(path)) or is_azure(path)
 
 
 def split_url(url: str) -> Tuple[str, str]:
+    """(bucket, key); for ``azfs://account/container/blob``: (container, blob)."""
     scheme, sep, rest = str(url).partition("://")
+    if scheme == "azfs":
+        rest = rest.partition("/")[2]
     bucket, _, key = rest.partition("/")
-    if scheme not in ("s3", "gs") or not sep or not bucket or not key:
-        raise ValueError(f"{url}: not an s3:// or gs://bucket/key URL")
+    if scheme not in ("s3", "gs", "azfs") or not sep or not bucket or not key:
+        raise ValueError(f"{url}: not an s3://bucket/key, gs://bucket/key or azfs://account/container/blob URL")
     return bucket, key
 
 
@@ -283,6 +297,8 @@ def stat(url: str, listed_size: Optional[int] = None) -> RemoteObject:
     listing) must match."""
     if is_gcs(url):
         return _check_listed(_gcs_stat(url), listed_size)
+    if is_azure(url):
+        return _check_listed(_azure_stat(url), listed_size)
     bucket, key = split_url(url)
     try:
         head = client().head_object(Bucket=bucket, Key=key)
@@ -421,6 +437,118 @@ def _gcs_error(err: Exception, obj: RemoteObject, start: int, end: int) -> Excep
             obj.url,
             start,
         )
+    return TFRecordError(f"range read of bytes {start}-{end - 1} failed: {err}", obj.url, start)
+
+
+# ---------------------------------------------------------------------- Azure
+
+_azure_clients: Dict[Tuple[int, str, str], Any] = {}
+
+
+def _azure_blob(url: str) -> Any:
+    """azure-storage-blob's client of the blob at ``url``, from this process's service
+    client of its account (one per process: a forked worker makes its own, with its own
+    connections): ``AZURE_STORAGE_CONNECTION_STRING`` when set (as Beam's ``azfs://``
+    filesystem takes it), else ``https://<account>.blob.core.windows.net`` with
+    azure-identity's ``DefaultAzureCredential``."""
+    account = str(url)[len("azfs://") :].partition("/")[0]
+    container, blob = split_url(url)
+    conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING", "")
+    key = (os.getpid(), account, conn)
+    with _client_lock:
+        service = _azure_clients.get(key)
+        if service is None:
+            try:
+                from azure.storage.blob import BlobServiceClient
+            except ImportError:
+                raise StorageAccessError(
+                    "azfs:// needs azure-storage-blob: pip install 'tfrecord-io[azure]'", url
+                ) from None
+            if conn:
+                service = BlobServiceClient.from_connection_string(conn)
+            else:
+                try:
+                    from azure.identity import DefaultAzureCredential
+                except ImportError:
+                    raise StorageAccessError(
+                        "no Azure credentials: set AZURE_STORAGE_CONNECTION_STRING (or install azure-identity "
+                        "for DefaultAzureCredential)",
+                        url,
+                        hint=storage_errors.hint_for(url, "missing"),
+                    ) from None
+                service = BlobServiceClient(f"https://{account}.blob.core.windows.net", DefaultAzureCredential())
+            for k in [k for k in _azure_clients if k[0] != key[0]]:
+                del _azure_clients[k]  # a parent's: its connections are not this process's
+            _azure_clients[key] = service
+    return service.get_blob_client(container, blob)
+
+
+def _azure_stat(url: str) -> RemoteObject:
+    """The blob's size and ETag (one HEAD); every range read is pinned to the ETag."""
+    try:
+        props = _azure_blob(url).get_blob_properties()
+    except StorageAccessError:
+        raise
+    except Exception as err:  # azure.core's errors: name the object
+        storage_errors.raise_access_error(err, url)
+        if type(err).__name__ == "ResourceNotFoundError":
+            if "ContainerNotFound" in str(getattr(err, "error_code", "") or err):
+                raise storage_errors.no_such_bucket(url, "ContainerNotFound") from None
+            raise FileNotFoundError(f"no such object: {url}") from None
+        raise TFRecordError(f"cannot stat the object: {err}", url) from err
+    return RemoteObject(url, int(props.size), str(props.etag or ""))
+
+
+class _AzureBody:
+    """Bytes ``[start, end)`` of one version of a blob, read into the caller's buffers by
+    azure-storage-blob: one ranged download per ``readinto`` (``StorageStreamDownloader.
+    readinto`` into the buffer), ``If-Match`` on the listed ETag (``match_condition``),
+    retried by azure-core's retry policy on connection errors and 5xx."""
+
+    def __init__(self, obj: RemoteObject, start: int, end: int) -> None:
+        self.obj, self.pos, self.end = obj, start, end
+        self.blob = _azure_blob(obj.url)
+
+    def readinto(self, view: memoryview) -> int:
+        from azure.core import MatchConditions
+
+        want = min(len(view), self.end - self.pos)
+        if want <= 0:
+            return 0
+        sink = _Sink(view[:want])
+        kw: Dict[str, Any] = {"etag": self.obj.etag, "match_condition": MatchConditions.IfNotModified}
+        try:
+            self.blob.download_blob(
+                offset=self.pos, length=want, max_concurrency=1, **(kw if self.obj.etag else {})
+            ).readinto(sink)
+        except Exception as err:  # azure.core's errors (after its retries)
+            raise _azure_error(err, self.obj, self.pos, self.end) from err
+        finally:
+            with _stats_lock:
+                STATS.requests += 1
+        if sink.got != want:
+            raise TruncatedRecordError(
+                f"range read of bytes {self.pos}-{self.pos + want - 1} returned {sink.got} bytes "
+                f"(the object has {self.obj.size})",
+                self.obj.url,
+                self.pos,
+            )
+        self.pos += want
+        return want
+
+    def close(self) -> None:
+        pass
+
+
+def _azure_error(err: Exception, obj: RemoteObject, start: int, end: int) -> Exception:
+    found = storage_errors.access_error(err, obj.url, start)
+    if found is not None:  # credentials, permissions: not an outage
+        return found
+    name = type(err).__name__
+    if name == "ResourceModifiedError" or getattr(err, "status_code", None) == 412:
+        return _changed(obj, start)
+    if name == "ResourceNotFoundError":
+        return RemoteObjectChangedError("the object was deleted after it was listed", obj.url, start)
     return TFRecordError(f"range read of bytes {start}-{end - 1} failed: {err}", obj.url, start)
 
 
@@ -748,6 +876,8 @@ def _open(obj: RemoteObject, start: int, end: int) -> Any:
     retried as an outage; 412 (``If-Match``) and 404 mean the listed version is gone."""
     if is_gcs(obj.url):
         return _GcsBody(obj, start, end)  # counts its requests itself: one per block
+    if is_azure(obj.url):
+        return _AzureBody(obj, start, end)  # likewise
     bucket, key = obj.bucket_key
     rng = f"bytes={start}-{end - 1}"
     transport = _transport

@@ -48,7 +48,7 @@ def from_dataset(
     ``shuffle="global"``: each epoch one permutation of every record of the selection
     (see ``TFRecordDataset``). ``state_dict()``/``load_state_dict()`` resume mid-epoch
     (``StatefulDataLoader``); a state of another root, version, split or seed is refused.
-    ``s3://`` and ``gs://`` roots are read with range requests, read-ahead and parallel fetches
+    ``s3://``, ``gs://`` and ``azfs://`` roots are read with range requests, read-ahead and parallel fetches
     (``tfrecord_io.remote_reader``; its ``configure`` sets the optional local cache).
     """
     objects: Dict[str, RemoteObject] = {}

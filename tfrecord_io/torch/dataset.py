@@ -392,7 +392,7 @@ class TFRecordDataset(_ShardedDataset):
 
     ``shuffle="global"``: each epoch one permutation of all the records (across files),
     read ``global_window`` positions at a time. ``state_dict()``/``load_state_dict()``:
-    resume mid-epoch (module doc). ``s3://`` and ``gs://`` paths are read with range
+    resume mid-epoch (module doc). ``s3://``, ``gs://`` and ``azfs://`` paths are read with range
     requests (``tfrecord_io.remote_reader``), each object pinned to the ETag (S3) or
     generation (GCS) it had when listed
     (``remote_objects``: versions stat'ed already, by URL, as ``from_dataset`` passes them).
