@@ -41,6 +41,12 @@ stand-in decode):
   CPU 1 and every reader, local and S3, to the other CPUs, so that the server does
   not take the readers' CPU, as on a machine of its own; loopback still runs some of
   the server's sending in the reader's system calls);
+  ``--s3-compare botocore``: the same S3 reads through other transports of
+  ``remote_reader`` (``get_object`` for every GET), interleaved in the same rounds;
+- ``--gcs``: the same reads from ``gs://`` on fake-gcs-server (started here; reads go to
+  it directly, not through the tests' proxy): ``remote_reader`` (google-cloud-storage,
+  pinned to the generation) against the way before, the torch readers through Beam's
+  ``FileSystems``;
 - ``--resume``: torchdata's ``StatefulDataLoader`` resuming at 90% of an epoch (5 ms
   transform per record, as in the issue): ours (``state_dict`` seeks) against the
   ``tfrecord`` package's dataset (not stateful: the loader replays the first 90%).
