@@ -28,7 +28,7 @@ batches dominate; real image data sets have far more records per epoch.
 
     python benchmarks/bench_torch.py [--small 200000] [--images 10000] [--repeats 3]
 
-Three more modes, each measured against its own baseline in the same run (64 KiB
+Four more modes, each measured against its own baseline in the same run (64 KiB
 records in ``--files`` files, whole batches of 64 made in 2 workers, the batched
 stand-in decode):
 
