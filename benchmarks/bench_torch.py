@@ -28,7 +28,7 @@ batches dominate; real image data sets have far more records per epoch.
 
     python benchmarks/bench_torch.py [--small 200000] [--images 10000] [--repeats 3]
 
-Three more modes, each measured against its own baseline in the same run (64 KiB
+Four more modes, each measured against its own baseline in the same run (64 KiB
 records in ``--files`` files, whole batches of 64 made in 2 workers, the batched
 stand-in decode):
 
@@ -41,6 +41,12 @@ stand-in decode):
   CPU 1 and every reader, local and S3, to the other CPUs, so that the server does
   not take the readers' CPU, as on a machine of its own; loopback still runs some of
   the server's sending in the reader's system calls);
+  ``--s3-compare botocore``: the same S3 reads through other transports of
+  ``remote_reader`` (``get_object`` for every GET), interleaved in the same rounds;
+- ``--gcs``: the same reads from ``gs://`` on fake-gcs-server (started here; reads go to
+  it directly, not through the tests' proxy): ``remote_reader`` (google-cloud-storage,
+  pinned to the generation) against the way before, the torch readers through Beam's
+  ``FileSystems``;
 - ``--resume``: torchdata's ``StatefulDataLoader`` resuming at 90% of an epoch (5 ms
   transform per record, as in the issue): ours (``state_dict`` seeks) against the
   ``tfrecord`` package's dataset (not stateful: the loader replays the first 90%).
@@ -256,6 +262,17 @@ def split_cpus(server_pid: int, text: str) -> Tuple[Set[int], Set[int]]:
     return server, readers
 
 
+def with_transport(module, transport: str, make: Callable[[], DataLoader]) -> Callable[[], DataLoader]:
+    """``make`` with the S3 range GETs of this process (and the workers it forks) sent
+    through ``transport`` (``remote_reader._transport``)."""
+
+    def made() -> DataLoader:
+        module._transport = transport
+        return make()
+
+    return made
+
+
 def bench_s3(args) -> None:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.join(here, "tests"))
@@ -288,10 +305,16 @@ def bench_s3(args) -> None:
         w = args.workers
         contenders = [
             batched_loader(paths, w),
-            batched_loader(urls, w),
+            with_transport(remote_reader, args.s3_transport, batched_loader(urls, w)),
             batched_loader(paths, w, shuffle="global", seed=1),
-            batched_loader(urls, w, shuffle="global", seed=1),
+            with_transport(remote_reader, args.s3_transport, batched_loader(urls, w, shuffle="global", seed=1)),
         ]
+        others = [t for t in (args.s3_compare or "").split(",") if t]
+        for t in others:  # other transports, interleaved in the same rounds
+            contenders += [
+                with_transport(remote_reader, t, batched_loader(urls, w)),
+                with_transport(remote_reader, t, batched_loader(urls, w, shuffle="global", seed=1)),
+            ]
         placement = "the server and the readers share every CPU"
         if args.s3_server_cpus:
             server_cpus, reader_cpus = split_cpus(server.process.pid, args.s3_server_cpus)
@@ -324,6 +347,97 @@ def bench_s3(args) -> None:
             print(
                 f"| {name} | {lr:,.0f} ({lc:.1f}) | {sr:,.0f} ({sc:.1f}) | {sv:.1f} | {ceiling:,.0f} "
                 f"| **{sr / lr:.2f}x** |"
+            )
+        for k, t in enumerate(others):
+            print()
+            print(
+                f"| reading | {args.s3_transport} rec/s (CPU us/rec) | {t} rec/s (CPU us/rec) "
+                f"| server CPU us/rec ({args.s3_transport} / {t}) | **{args.s3_transport} / {t}** rate (CPU) |"
+            )
+            print("|---|---:|---:|---:|---:|")
+            for name, (br, bc, bv), (hr, hc, hv) in (
+                ("sequential", rates[1], rates[4 + 2 * k]),
+                ("global shuffle", rates[3], rates[5 + 2 * k]),
+            ):
+                print(
+                    f"| {name} | {br:,.0f} ({bc:.1f}) | {hr:,.0f} ({hc:.1f}) | {bv:.1f} / {hv:.1f} "
+                    f"| **{br / hr:.2f}x** ({hc / bc:.2f}x) |"
+                )
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def with_gcs_reads(module, on: bool, make_loader: Callable[[], Callable[[], DataLoader]]) -> Callable[[], DataLoader]:
+    """A loader over ``gs://`` objects read by ``remote_reader`` (``on``) or by Beam's
+    ``FileSystems`` as before (``remote_reader._gcs_reads`` off while the dataset is made
+    and while its workers fork)."""
+    module._gcs_reads = on
+    make = make_loader()
+    module._gcs_reads = True
+
+    def made() -> DataLoader:
+        module._gcs_reads = on
+        return make()
+
+    return made
+
+
+def bench_gcs(args) -> None:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(here, "tests"))
+    from tfrecord_io import remote_reader
+
+    from gcs_support import find_fake_gcs_server, start_fake_gcs_server
+
+    binary = find_fake_gcs_server()
+    if binary is None:
+        raise SystemExit("fake-gcs-server not found: run `bash scripts/setup-gcs` (or set TFRECORD_IO_FAKE_GCS_SERVER)")
+    tmp = tempfile.mkdtemp(prefix="bench-gcs-")
+    server = start_fake_gcs_server(binary, tmp)
+    try:
+        # reads straight to the emulator, not through the test proxy (a Python thread in
+        # this process, which would count as the readers' CPU); the proxy is only for uploads
+        os.makedirs(os.path.join(tmp, "local"))
+        paths = write_image_files(os.path.join(tmp, "local"), args.images, args.files)
+        bucket = server.make_bucket()
+        b = server.client().bucket(bucket)
+        urls = []
+        for p in paths:
+            for suffix in ("", ".index"):
+                b.blob(os.path.basename(p) + suffix).upload_from_filename(p + suffix)
+            urls.append(f"gs://{bucket}/{os.path.basename(p)}")
+        os.environ["STORAGE_EMULATOR_HOST"] = server.server_endpoint
+        w = args.workers
+        contenders = [
+            batched_loader(paths, w),
+            with_gcs_reads(remote_reader, True, lambda: batched_loader(urls, w)),
+            with_gcs_reads(remote_reader, False, lambda: batched_loader(urls, w)),
+            batched_loader(paths, w, shuffle="global", seed=1),
+            with_gcs_reads(remote_reader, True, lambda: batched_loader(urls, w, shuffle="global", seed=1)),
+            with_gcs_reads(remote_reader, False, lambda: batched_loader(urls, w, shuffle="global", seed=1)),
+        ]
+        load_before = _load()
+        rates = best_rates_and_server(contenders, args.repeats, server.process.pid)
+        s = remote_reader.settings()
+        print(
+            f"{args.images} records of 64 KiB in {args.files} files, {w} workers; GCS: fake-gcs-server on "
+            f"127.0.0.1 (its filesystem backend), server and readers sharing every CPU; remote_reader: "
+            f"{s.parallel} runs in flight per sequential reader, {s.block_size >> 20} MiB per GET, "
+            f"{s.random_parallel} GETs in flight for a global-shuffle window; before: {load_before}; after: {_load()}"
+        )
+        print(
+            "| reading | local disk rec/s (CPU us/rec) | gs:// remote_reader rec/s (CPU us/rec; server) "
+            "| gs:// Beam FileSystems rec/s (CPU us/rec; server) | **remote_reader / Beam** rate (CPU) |"
+        )
+        print("|---|---:|---:|---:|---:|")
+        for name, (lr, lc, _), (nr, nc, nv), (br, bc, bv) in (
+            ("sequential", rates[0], rates[1], rates[2]),
+            ("global shuffle", rates[3], rates[4], rates[5]),
+        ):
+            print(
+                f"| {name} | {lr:,.0f} ({lc:.1f}) | {nr:,.0f} ({nc:.1f}; {nv:.1f}) | {br:,.0f} ({bc:.1f}; {bv:.1f}) "
+                f"| **{nr / br:.2f}x** ({bc / nc:.2f}x) |"
             )
     finally:
         server.stop()
@@ -402,6 +516,18 @@ def main(argv: List[str] = None) -> None:
         "--s3-keep-alive", action="store_true", help="versitygw --keep-alive (as AWS S3: connections reused)"
     )
     parser.add_argument(
+        "--s3-transport",
+        default="presigned",
+        help="how the S3 reads send their GETs (--s3): presigned (the default: botocore presigns, urllib3 "
+        "sends) or botocore (get_object); the hand-written client (http) was measured against in the "
+        "commits before it was deleted (benchmarks/README.md)",
+    )
+    parser.add_argument(
+        "--s3-compare",
+        default="",
+        help="other transports read in the same interleaved rounds, e.g. botocore (--s3)",
+    )
+    parser.add_argument(
         "--s3-server-cpus",
         default=None,
         help="pin the S3 server to these CPUs (e.g. 1) and every reader, local and S3, to the others "
@@ -410,12 +536,15 @@ def main(argv: List[str] = None) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--global", dest="global_", action="store_true", help="global shuffle vs sequential")
     mode.add_argument("--s3", action="store_true", help="S3 (versitygw on 127.0.0.1) vs local disk")
+    mode.add_argument("--gcs", action="store_true", help="gs:// (fake-gcs-server on 127.0.0.1): ours vs Beam's")
     mode.add_argument("--resume", action="store_true", help="StatefulDataLoader resume at 90%%")
     args = parser.parse_args(argv)
     if args.global_:
         return bench_global(args)
     if args.s3:
         return bench_s3(args)
+    if args.gcs:
+        return bench_gcs(args)
     if args.resume:
         return bench_resume(args)
 

@@ -363,9 +363,9 @@ def test_torch_from_dataset_on_gcs_reads_global_shuffle_and_resumes(built):
 
 def test_an_object_replaced_while_read_is_an_error_naming_it(built, gcs_fs):
     """A shard replaced by other bytes of the same size (a new generation) while an
-    epoch reads: the reader fails naming the object. (What this catches on gs:// today is
-    the records' CRCs; a replacement with other *valid* records of the same size is not
-    detected on gs:// until reads are pinned to the object's generation.)"""
+    epoch reads: the reader fails naming the object (the reads are pinned to the
+    generation listed; a replacement by valid records, even the same bytes, is refused
+    too: tests/test_torch_gcs.py)."""
     pytest.importorskip("torch")
     from tfrecord_io.torch import from_dataset
 

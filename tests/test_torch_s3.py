@@ -374,3 +374,46 @@ def test_a_reader_left_early_stops_its_threads(remote):
     while ahead_threads() > before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert ahead_threads() == before
+
+
+def test_a_client_of_ones_own_reads_through_get_object(remote, s3_server, monkeypatch):
+    """``configure(client_factory=...)``: every GET through that client's ``get_object``
+    (botocore's whole pipeline, also what a proxy in the environment gets): the same
+    checks, each byte once, a body cut twice read on from where it broke, a replaced
+    object refused."""
+    import boto3
+
+    local, urls, client, bucket = remote
+    want = open(local[0], "rb").read()
+    proxy = CuttingProxy(s3_server, cut_after=3000, cuts=2)
+    made = []
+
+    def factory():
+        made.append(1)
+        return boto3.session.Session().client(
+            "s3",
+            endpoint_url=proxy.endpoint,
+            aws_access_key_id=s3_server.access_key,
+            aws_secret_access_key=s3_server.secret_key,
+            region_name=s3_server.region,
+            config=remote_reader._config(),
+        )
+
+    try:
+        obj = remote_reader.stat(urls[0])  # (not through the proxy: its first connections are cut)
+        remote_reader.configure(client_factory=factory, request_size=1 << 20)
+        STATS.reset()
+        ranges = [(a, min(a + BLOCK, obj.size)) for a in range(0, obj.size, BLOCK)]
+        assert b"".join(bytes(v) for v in remote_reader.fetch_ahead(obj, ranges)) == want
+        assert STATS.bytes == obj.size and STATS.requests == 3  # two cut bodies: the rest asked for twice
+        assert made and not remote_reader._signed  # nothing presigned: get_object did it
+        data = bytearray(open(local[0], "rb").read())
+        data[100] ^= 0xFF
+        client.put_object(Bucket=bucket, Key="data/r-0.tfrecord", Body=bytes(data))
+        with pytest.raises(RemoteObjectChangedError, match="changed after it was listed") as err:
+            remote_reader.read_range(obj, 0, 100)
+        assert urls[0] in str(err.value)
+    finally:
+        remote_reader._settings.client_factory = None
+        remote_reader.reset_client()
+        proxy.close()

@@ -170,8 +170,32 @@ def storage_client(options: Any = None) -> Any:
                     "gs:// needs google-cloud-storage: pip install 'tfrecord-io[gcp]'", "gs://"
                 ) from None
             client = storage.Client.create_anonymous_client() if anon else storage.Client()
+            _widen_pool(client)
             _clients[key] = client
     return client
+
+
+#: connections kept per host: the range reader (``remote_reader``) has up to
+#: ``random_parallel`` (16) GETs in flight for a global-shuffle window, plus read-ahead
+POOL_SIZE = 64
+
+
+def _widen_pool(client: Any) -> None:
+    """Keep ``POOL_SIZE`` connections per host instead of requests' 10: with more GETs in
+    flight than that, urllib3 discards the extra connections after each response ("pool
+    is full") and the next GETs open new ones. ``Client._http`` (google-cloud-core: the
+    ``requests`` session, made on first use) is not public; left as it is if it is not a
+    ``requests`` session."""
+    try:
+        import requests
+
+        session = client._http
+        if isinstance(session, requests.Session):
+            adapter = requests.adapters.HTTPAdapter(pool_connections=8, pool_maxsize=POOL_SIZE)
+            session.mount("https://", adapter)
+            session.mount("http://", adapter)
+    except Exception:  # noqa: BLE001 - only a wider pool is lost
+        pass
 
 
 def read_range(url: str, start: int, end: int, options: Any = None) -> bytes:

@@ -1,46 +1,60 @@
-"""Reading TFRecord objects from S3 with range requests: read-ahead, parallel fetches,
-every byte fetched once, the object pinned to the version that was listed.
+"""Reading TFRecord objects from S3, GCS and Azure Blob Storage with range requests:
+read-ahead, parallel fetches, every byte fetched once, the object pinned to the version
+that was listed.
 
 Why not Beam's ``FileSystems.open``: it reads one buffer at a time on one connection,
 so a reader waits a round trip per buffer, and nothing notices an object replaced
 while it is read. Here a reader knows the byte ranges it will read (from the index, or
 "the rest of the object"), keeps ``parallel`` range GETs in flight ahead of the
-consumer, and sends each with ``If-Match: <ETag>`` (and checks ``Content-Range``):
-an object that changed since it was listed is a ``RemoteObjectChangedError`` naming
-it, never a mix of two versions. Frames are still checked (length, both CRCs) by the
-same scanners as local files.
+consumer, and pins each to the version it listed: on S3 and Azure ``If-Match: <ETag>``
+(on S3 the ``Content-Range`` total checked too), on GCS the object's generation (asked
+for by number, with ``if_generation_match``). An object that changed since it was listed is a
+``RemoteObjectChangedError`` naming it, never a mix of two versions; on GCS even a
+replacement by the same bytes is (a new generation). Frames are still checked (length,
+both CRCs) by the same scanners as local files.
 
 Which requests. A sequential read (an indexed piece: blocks of whole frames of about
 ``block_size`` bytes; an unindexed or compressed one: consecutive ``block_size``
 ranges) asks for runs of consecutive blocks of up to ``request_size`` bytes in one GET
-each, and reads each response block by block into reused buffers as the consumer
-needs them: the request's fixed cost (ours and the server's: ~0.2 ms and ~1 ms of CPU
-here) is paid once per ``request_size``, while the memory held is a few blocks per
-request in flight (``AHEAD_BLOCKS``), not the whole request. A connection that breaks
-in the middle of a response is asked again for the rest (``If-Match`` still on). An
-unindexed piece that ends inside the object reads past its end one block at a time,
-only as far as its last record needs. A set of records (a window of a global shuffle)
-is one request per run of adjacent frames, ``random_parallel`` of them in flight.
-``STATS`` counts requests and bytes in this process, for tests and benchmarks.
+each (GCS, Azure: one GET per block), and reads each response block by block into reused
+buffers as the consumer needs them: the memory held is a few blocks per request in
+flight (``AHEAD_BLOCKS``), not the whole request. A response that breaks off in the
+middle is asked again for the rest (still pinned). An unindexed piece that ends inside
+the object reads past its end one block at a time, only as far as its last record
+needs. A set of records (a window of a global shuffle) is one request per run of
+adjacent frames, ``random_parallel`` of them in flight. ``STATS`` counts requests and
+bytes in this process, for tests and benchmarks.
 
-HTTP: a small HTTP/1.1 client of its own (kept-alive connections in a process-wide
-pool, plain or TLS), not ``http.client``: the body is received straight into the
-caller's buffer, and a request costs a SigV4 signature, one ``sendall`` and a header
-parse (``http.client`` parses headers with the ``email`` package). The server's
-``Connection: close`` is honoured.
+Transport: maintained libraries only, no HTTP or signing of our own.
+``s3://``: botocore presigns a GET of each object version once (SigV4, its credential
+chain, region, endpoint and bucket addressing; ``stat`` does it, so forked DataLoader
+workers inherit the URL) and urllib3 sends the range GETs (keep-alive pool, TLS, retries
+with backoff on connection errors, 429 and 5xx such as 503 SlowDown), the body received
+into the caller's buffer. botocore's own ``get_object`` costs ~2 ms of CPU per 64 KiB GET here
+against ~0.4-0.6 ms, which decides a global shuffle's rate (benchmarks/README.md); it is
+used when ``configure(client_factory=...)`` gives a client or a proxy is set in the
+environment (botocore's HTTP session honours proxies; ``_Presigned`` does not).
+``gs://``: google-cloud-storage (``gcs_clients.storage_client``: one client per
+process, anonymous with an emulator in ``STORAGE_EMULATOR_HOST``), its default retries.
+``azfs://account/container/blob``: azure-storage-blob (a client per process and account
+from ``AZURE_STORAGE_CONNECTION_STRING``, else ``DefaultAzureCredential``), azure-core's
+retries.
+Refusals (403, no credentials) are ``StorageAccessError`` via ``storage_errors``, never
+retried as an outage.
 
 Optional local cache (``configure(cache_dir=..., cache_bytes=...)``): whole
-``CACHE_CHUNK`` bytes chunks of an object version (keyed by URL, ETag and chunk number)
-kept as files under ``cache_dir``; the least recently used go once the total passes
-``cache_bytes``. With the cache on, every read goes through whole chunks: a chunk is
-fetched once and the next range of a sequential read finds the rest of it in the
-cache (a chunk that two readers need at once, e.g. at a shard boundary, may be
-fetched by both). Later epochs read from the cache as far as it holds them.
+``CACHE_CHUNK`` bytes chunks of an object version (keyed by URL, ETag or generation,
+and chunk number) kept as files under ``cache_dir``; the least recently used go once
+the total passes ``cache_bytes``. With the cache on, every read goes through whole
+chunks: a chunk is fetched once and the next range of a sequential read finds the rest
+of it in the cache (a chunk that two readers need at once, e.g. at a shard boundary,
+may be fetched by both). Later epochs read from the cache as far as it holds them.
 
 Credentials and endpoint: boto3's usual sources (``AWS_*`` variables,
-``AWS_ENDPOINT_URL``, config files); ``configure(client_factory=...)`` replaces the
-client (and then every GET goes through it). Only ``s3://`` is read this way; other
-schemes go through Beam's ``FileSystems``. Nothing here imports torch or Beam.
+``AWS_ENDPOINT_URL``, config files, instance roles) for S3; Google's default
+credentials for GCS; the connection string or azure-identity for Azure. Other schemes
+go through Beam's ``FileSystems`` (the callers decide, by ``handles``). Nothing here
+imports torch or Beam.
 """
 
 from __future__ import annotations
@@ -49,15 +63,13 @@ import hashlib
 import io
 import os
 import queue
-import socket
-import struct
 import sys
 import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 
@@ -79,9 +91,6 @@ AHEAD_BLOCKS = 2
 
 #: seconds a connection waits for the server before the read fails (and is retried)
 SOCKET_TIMEOUT = 60.0
-
-#: connections tried in a row for one range without receiving a byte before giving up
-TRIES = 3
 
 
 class RemoteObjectChangedError(TFRecordError):
@@ -182,22 +191,75 @@ def is_s3(path: str) -> bool:
     return str(path).startswith("s3://")
 
 
+def is_gcs(path: str) -> bool:
+    return str(path).startswith("gs://")
+
+
+#: whether ``gs://`` objects are read here (``benchmarks/bench_torch.py --gcs`` turns it
+#: off to measure the way before: Beam's ``FileSystems``, unpinned)
+_gcs_reads = True
+
+
+def is_azure(path: str) -> bool:
+    """``azfs://account/container/blob`` (Beam's form of an Azure blob's path)."""
+    return str(path).startswith("azfs://")
+
+
+def handles(path: str) -> bool:
+    """Whether objects at ``path`` are read by this module (``s3://``, ``gs://``,
+    ``azfs://``)."""
+    return is_s3(path) or (_gcs_reads and is_gcs(path)) or is_azure(path)
+
+
 def split_url(url: str) -> Tuple[str, str]:
-    rest = str(url)[len("s3://") :]
+    """(bucket, key); for ``azfs://account/container/blob``: (container, blob)."""
+    scheme, sep, rest = str(url).partition("://")
+    if scheme == "azfs":
+        rest = rest.partition("/")[2]
     bucket, _, key = rest.partition("/")
-    if not bucket or not key:
-        raise ValueError(f"{url}: not an s3://bucket/key URL")
+    if scheme not in ("s3", "gs", "azfs") or not sep or not bucket or not key:
+        raise ValueError(f"{url}: not an s3://bucket/key, gs://bucket/key or azfs://account/container/blob URL")
     return bucket, key
 
 
 _client: Any = None
+_session: Any = None
 _client_lock = threading.Lock()
+
+#: tries of one request by botocore (its "standard" retry mode: connection errors,
+#: 5xx, throttling such as 503 SlowDown, with exponential backoff and jitter); a body
+#: that breaks off after its header is asked for again by ``_RangeReader``
+TRIES = 3
+
+
+def _config() -> Any:
+    """botocore's settings for range reads: the standard retry mode (not the legacy
+    default), a connection pool for every GET in flight (read-ahead of several readers
+    plus ``random_parallel``), and no checksum of whole responses (a range GET has
+    none to check; each frame's CRCs are checked by the scanners)."""
+    from botocore.config import Config
+
+    extra: Dict[str, Any] = {}
+    if "response_checksum_validation" in Config.OPTION_DEFAULTS:  # botocore >= 1.36
+        extra = {"request_checksum_calculation": "when_required", "response_checksum_validation": "when_required"}
+    return Config(
+        signature_version="s3v4",  # presigned URLs too (botocore's S3 default for those is still SigV2)
+        max_pool_connections=64,
+        retries={"mode": "standard", "total_max_attempts": TRIES},
+        connect_timeout=SOCKET_TIMEOUT,
+        read_timeout=SOCKET_TIMEOUT,
+        **extra,
+    )
 
 
 def client() -> Any:
-    """This process's S3 client: one for all threads (boto3 clients are thread-safe, and
-    making one costs a good part of a second), made again after a fork."""
-    global _pid, _client
+    """This process's S3 client: one for all threads (boto3 clients are thread-safe).
+
+    After a fork (a DataLoader worker) a new client is made, so that no pooled
+    connection is shared with the parent, but from the parent's boto3 session: the
+    session holds the loaded service model and the resolved credentials, so the
+    child's client costs ~10 ms instead of the ~0.2-0.5 s of a first one."""
+    global _pid, _client, _session
     with _client_lock:
         if _pid != os.getpid():
             _pid = os.getpid()
@@ -206,19 +268,23 @@ def client() -> Any:
             if _settings.client_factory is not None:
                 _client = _settings.client_factory()
             else:
-                import boto3
-                from botocore.config import Config
+                if _session is None:
+                    import boto3
 
-                _client = boto3.session.Session().client("s3", config=Config(max_pool_connections=32))
+                    _session = boto3.session.Session()
+                _client = _session.client("s3", config=_config())
         return _client
 
 
 def reset_client() -> None:
-    """Forget the client (e.g. after the endpoint or credentials changed)."""
-    global _client, _getter
+    """Forget the client and its session (e.g. after the endpoint or credentials
+    changed)."""
+    global _client, _session, _presigned
     with _client_lock:
         _client = None
-        _getter = None
+        _session = None
+        _presigned = None
+        _signed.clear()
 
 
 def _error_code(err: Exception) -> str:
@@ -227,7 +293,12 @@ def _error_code(err: Exception) -> str:
 
 
 def stat(url: str, listed_size: Optional[int] = None) -> RemoteObject:
-    """HEAD ``url``: its size and ETag; ``listed_size`` (from a listing) must match."""
+    """HEAD ``url``: its size and ETag (S3) or generation (GCS); ``listed_size`` (from a
+    listing) must match."""
+    if is_gcs(url):
+        return _check_listed(_gcs_stat(url), listed_size)
+    if is_azure(url):
+        return _check_listed(_azure_stat(url), listed_size)
     bucket, key = split_url(url)
     try:
         head = client().head_object(Bucket=bucket, Key=key)
@@ -238,14 +309,247 @@ def stat(url: str, listed_size: Optional[int] = None) -> RemoteObject:
             _check_bucket(bucket, url)
             raise FileNotFoundError(f"no such object: {url}") from None
         raise TFRecordError(f"cannot stat the object: {err}", url) from err
-    if _settings.client_factory is None:
-        _range_getter()  # credentials resolved here, once: DataLoader workers forked later inherit them
-    size = int(head["ContentLength"])
-    if listed_size is not None and size != listed_size:
+    obj = _check_listed(RemoteObject(url, int(head["ContentLength"]), str(head.get("ETag", ""))), listed_size)
+    if _transport == "presigned" and _settings.client_factory is None and not _proxied():
+        _presign(obj)  # here, once: DataLoader workers forked later inherit the URL
+    return obj
+
+
+def _check_listed(obj: RemoteObject, listed_size: Optional[int]) -> RemoteObject:
+    if listed_size is not None and obj.size != listed_size:
         raise RemoteObjectChangedError(
-            f"the object changed after it was listed: it had {listed_size} bytes, now {size}", url
+            f"the object changed after it was listed: it had {listed_size} bytes, now {obj.size}", obj.url
         )
-    return RemoteObject(url, size, str(head.get("ETag", "")))
+    return obj
+
+
+# ---------------------------------------------------------------------- GCS
+
+
+def _gcs_client() -> Any:
+    """This process's google-cloud-storage client (``gcs_clients.storage_client``: one
+    per process, so a forked DataLoader worker makes its own; anonymous with an emulator
+    in ``STORAGE_EMULATOR_HOST`` or ``TFRECORD_IO_GCS_ANONYMOUS``, else Google's default
+    credentials)."""
+    from . import gcs_clients
+
+    return gcs_clients.storage_client()
+
+
+def _gcs_stat(url: str) -> RemoteObject:
+    """The object's size and generation (one metadata GET). The generation is what every
+    range read of it is pinned to (``if_generation_match``): a replaced object, even by
+    one of the same size, is a new generation."""
+    bucket, name = split_url(url)
+    try:
+        blob = _gcs_client().bucket(bucket).get_blob(name)
+    except Exception as err:  # google.api_core's errors: name the object
+        storage_errors.raise_access_error(err, url)
+        raise TFRecordError(f"cannot stat the object: {err}", url) from err
+    if blob is None:
+        try:
+            found = _gcs_client().bucket(bucket).exists()
+        except Exception as err:  # noqa: BLE001 - only a missing bucket is told apart here
+            storage_errors.raise_access_error(err, url)
+            found = True
+        if not found:
+            raise storage_errors.no_such_bucket(url, "GET of the bucket: HTTP 404")
+        raise FileNotFoundError(f"no such object: {url}")
+    return RemoteObject(url, int(blob.size or 0), str(blob.generation or ""))
+
+
+class _GcsBody:
+    """Bytes ``[start, end)`` of one generation of a GCS object, read into the caller's
+    buffers by google-cloud-storage: one ranged GET per ``readinto`` (``download_to_file``
+    into the buffer: no whole-range ``bytes`` made; raw, i.e. the stored bytes, no
+    transcoding; no checksum of the part, the frames' CRCs are checked by the scanners;
+    the listed generation asked for, with ``if_generation_match``, on every GET; retried
+    by the library's default policy on 429/5xx and connection errors, resuming after
+    the bytes already received)."""
+
+    def __init__(self, obj: RemoteObject, start: int, end: int) -> None:
+        self.obj, self.pos, self.end = obj, start, end
+        bucket, name = obj.bucket_key
+        # the generation asked for by number too: what is read is that version or nothing
+        # (fake-gcs-server ignores ifGenerationMatch on downloads, but has no old
+        # generation of a replaced object in a bucket without versioning: 404)
+        generation = int(obj.etag) if obj.etag else None
+        self.blob = _gcs_client().bucket(bucket).blob(name, generation=generation)
+
+    def readinto(self, view: memoryview) -> int:
+        want = min(len(view), self.end - self.pos)
+        if want <= 0:
+            return 0
+        sink = _Sink(view[:want])
+        kw: Dict[str, Any] = {"if_generation_match": int(self.obj.etag)} if self.obj.etag else {}
+        try:
+            self.blob.download_to_file(
+                sink, start=self.pos, end=self.pos + want - 1, raw_download=True, checksum=None, **kw
+            )
+        except Exception as err:  # google.api_core's errors (after its retries)
+            raise _gcs_error(err, self.obj, self.pos, self.end) from err
+        finally:
+            with _stats_lock:
+                STATS.requests += 1
+        if sink.got != want:
+            raise TruncatedRecordError(
+                f"range read of bytes {self.pos}-{self.pos + want - 1} returned {sink.got} bytes "
+                f"(the object has {self.obj.size})",
+                self.obj.url,
+                self.pos,
+            )
+        self.pos += want
+        return want
+
+    def close(self) -> None:
+        pass
+
+
+class _Sink:
+    """A file-like ``write`` target over a buffer (what ``download_to_file`` streams to)."""
+
+    def __init__(self, view: memoryview) -> None:
+        self.view, self.got = view, 0
+
+    def write(self, data: Any) -> int:
+        n = len(data)
+        if self.got + n > len(self.view):
+            raise TruncatedRecordError(f"the server sent more than the {len(self.view)} bytes asked for")
+        self.view[self.got : self.got + n] = data
+        self.got += n
+        return n
+
+
+def _gcs_error(err: Exception, obj: RemoteObject, start: int, end: int) -> Exception:
+    found = storage_errors.access_error(err, obj.url, start)
+    if found is not None:  # credentials, permissions: not an outage
+        return found
+    code = getattr(err, "code", None)
+    if code == 412:
+        return RemoteObjectChangedError(
+            f"the object changed after it was listed (generation {obj.etag} is no longer its current one)",
+            obj.url,
+            start,
+        )
+    if code == 404:
+        return RemoteObjectChangedError(
+            f"the object changed after it was listed (generation {obj.etag} no longer exists: replaced or deleted)",
+            obj.url,
+            start,
+        )
+    return TFRecordError(f"range read of bytes {start}-{end - 1} failed: {err}", obj.url, start)
+
+
+# ---------------------------------------------------------------------- Azure
+
+_azure_clients: Dict[Tuple[int, str, str], Any] = {}
+
+
+def _azure_blob(url: str) -> Any:
+    """azure-storage-blob's client of the blob at ``url``, from this process's service
+    client of its account (one per process: a forked worker makes its own, with its own
+    connections): ``AZURE_STORAGE_CONNECTION_STRING`` when set (as Beam's ``azfs://``
+    filesystem takes it), else ``https://<account>.blob.core.windows.net`` with
+    azure-identity's ``DefaultAzureCredential``."""
+    account = str(url)[len("azfs://") :].partition("/")[0]
+    container, blob = split_url(url)
+    conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING", "")
+    key = (os.getpid(), account, conn)
+    with _client_lock:
+        service = _azure_clients.get(key)
+        if service is None:
+            try:
+                from azure.storage.blob import BlobServiceClient
+            except ImportError:
+                raise StorageAccessError(
+                    "azfs:// needs azure-storage-blob: pip install 'tfrecord-io[azure]'", url
+                ) from None
+            if conn:
+                service = BlobServiceClient.from_connection_string(conn)
+            else:
+                try:
+                    from azure.identity import DefaultAzureCredential
+                except ImportError:
+                    raise StorageAccessError(
+                        "no Azure credentials: set AZURE_STORAGE_CONNECTION_STRING (or install azure-identity "
+                        "for DefaultAzureCredential)",
+                        url,
+                        hint=storage_errors.hint_for(url, "missing"),
+                    ) from None
+                service = BlobServiceClient(f"https://{account}.blob.core.windows.net", DefaultAzureCredential())
+            for k in [k for k in _azure_clients if k[0] != key[0]]:
+                del _azure_clients[k]  # a parent's: its connections are not this process's
+            _azure_clients[key] = service
+    return service.get_blob_client(container, blob)
+
+
+def _azure_stat(url: str) -> RemoteObject:
+    """The blob's size and ETag (one HEAD); every range read is pinned to the ETag."""
+    try:
+        props = _azure_blob(url).get_blob_properties()
+    except StorageAccessError:
+        raise
+    except Exception as err:  # azure.core's errors: name the object
+        storage_errors.raise_access_error(err, url)
+        if type(err).__name__ == "ResourceNotFoundError":
+            if "ContainerNotFound" in str(getattr(err, "error_code", "") or err):
+                raise storage_errors.no_such_bucket(url, "ContainerNotFound") from None
+            raise FileNotFoundError(f"no such object: {url}") from None
+        raise TFRecordError(f"cannot stat the object: {err}", url) from err
+    return RemoteObject(url, int(props.size), str(props.etag or ""))
+
+
+class _AzureBody:
+    """Bytes ``[start, end)`` of one version of a blob, read into the caller's buffers by
+    azure-storage-blob: one ranged download per ``readinto`` (``StorageStreamDownloader.
+    readinto`` into the buffer), ``If-Match`` on the listed ETag (``match_condition``),
+    retried by azure-core's retry policy on connection errors and 5xx."""
+
+    def __init__(self, obj: RemoteObject, start: int, end: int) -> None:
+        self.obj, self.pos, self.end = obj, start, end
+        self.blob = _azure_blob(obj.url)
+
+    def readinto(self, view: memoryview) -> int:
+        from azure.core import MatchConditions
+
+        want = min(len(view), self.end - self.pos)
+        if want <= 0:
+            return 0
+        sink = _Sink(view[:want])
+        kw: Dict[str, Any] = {"etag": self.obj.etag, "match_condition": MatchConditions.IfNotModified}
+        try:
+            self.blob.download_blob(
+                offset=self.pos, length=want, max_concurrency=1, **(kw if self.obj.etag else {})
+            ).readinto(sink)
+        except Exception as err:  # azure.core's errors (after its retries)
+            raise _azure_error(err, self.obj, self.pos, self.end) from err
+        finally:
+            with _stats_lock:
+                STATS.requests += 1
+        if sink.got != want:
+            raise TruncatedRecordError(
+                f"range read of bytes {self.pos}-{self.pos + want - 1} returned {sink.got} bytes "
+                f"(the object has {self.obj.size})",
+                self.obj.url,
+                self.pos,
+            )
+        self.pos += want
+        return want
+
+    def close(self) -> None:
+        pass
+
+
+def _azure_error(err: Exception, obj: RemoteObject, start: int, end: int) -> Exception:
+    found = storage_errors.access_error(err, obj.url, start)
+    if found is not None:  # credentials, permissions: not an outage
+        return found
+    name = type(err).__name__
+    if name == "ResourceModifiedError" or getattr(err, "status_code", None) == 412:
+        return _changed(obj, start)
+    if name == "ResourceNotFoundError":
+        return RemoteObjectChangedError("the object was deleted after it was listed", obj.url, start)
+    return TFRecordError(f"range read of bytes {start}-{end - 1} failed: {err}", obj.url, start)
 
 
 def _check_bucket(bucket: str, url: str) -> None:
@@ -310,325 +614,6 @@ POOLED_MIN = 256 << 10
 _BUFFERS = _BufferPool()
 
 
-# ---------------------------------------------------------------------- HTTP
-
-
-class _Connection:
-    """One HTTP/1.1 connection (plain, or TLS for ``https``), reused while the server
-    keeps it open.
-
-    A plain connection is a blocking socket with the kernel's own timeouts
-    (``SO_RCVTIMEO``/``SO_SNDTIMEO``) rather than Python's: then a body is received with
-    ``MSG_WAITALL``, one system call per block that waits in the kernel without the GIL.
-    Python's timeout sockets poll and receive whatever has arrived, and the thread must
-    take the GIL back after every piece, which it waits for while the consumer parses
-    (the read-ahead then barely overlaps the consumer's work)."""
-
-    def __init__(self, scheme: str, host: str, port: int) -> None:
-        sock = socket.create_connection((host, port), timeout=SOCKET_TIMEOUT)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.waitall = False
-        if scheme == "https":
-            import ssl
-
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
-        elif hasattr(socket, "MSG_WAITALL") and hasattr(socket, "SO_RCVTIMEO"):
-            limit = struct.pack("ll", int(SOCKET_TIMEOUT), 0)
-            sock.settimeout(None)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
-            self.waitall = True
-        self.sock: Any = sock
-        self.key = (scheme, host, port)
-
-    def recv_into(self, view: memoryview) -> int:
-        """Receive into ``view``: all of it unless the connection ends or times out."""
-        if self.waitall:
-            return int(self.sock.recv_into(view, len(view), socket.MSG_WAITALL))
-        return int(self.sock.recv_into(view))
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-
-class _Connections:
-    """Idle kept-alive connections of this process, by (scheme, host, port): any thread
-    takes one for a request and gives it back once the response is read to its end."""
-
-    LIMIT = 64
-
-    def __init__(self) -> None:
-        self._idle: Dict[Tuple[str, str, int], List[_Connection]] = {}
-        self._lock = threading.Lock()
-
-    def take(self, key: Tuple[str, str, int], fresh: bool) -> _Connection:
-        if not fresh:
-            with self._lock:
-                idle = self._idle.get(key)
-                if idle:
-                    return idle.pop()
-        return _Connection(*key)
-
-    def give_back(self, conn: _Connection) -> None:
-        with self._lock:
-            idle = self._idle.setdefault(conn.key, [])
-            if len(idle) < self.LIMIT:
-                idle.append(conn)
-                return
-        conn.close()
-
-
-#: bytes asked for at once while reading a response's header (the start of the body
-#: that comes with it is copied once more; the rest is received in place)
-_HEAD_CHUNK = 8192
-
-
-class _Response:
-    """A response whose header has been read; its body is read with ``readinto``."""
-
-    def __init__(self, conn: _Connection, pool: _Connections, status: int, headers: Dict[str, str], rest: Any) -> None:
-        self.conn: Optional[_Connection] = conn
-        self.pool = pool
-        self.status = status
-        self.headers = headers
-        self._rest = memoryview(rest)  # body bytes that came with the header
-        length = headers.get("content-length")
-        self.remaining: Optional[int] = int(length) if length is not None and length.isdigit() else None
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            self._dechunk()
-
-    def _recv_into(self, view: memoryview) -> int:
-        assert self.conn is not None
-        if self._rest:
-            n = min(len(self._rest), len(view))
-            view[:n] = self._rest[:n]
-            self._rest = self._rest[n:]
-            return n
-        return self.conn.recv_into(view)
-
-    def readinto(self, view: memoryview) -> int:
-        """Fill ``view`` from the body; fewer bytes only where the body (or the
-        connection) ended."""
-        want = len(view) if self.remaining is None else min(len(view), self.remaining)
-        got = 0
-        while got < want:
-            n = self._recv_into(view[got:want])
-            if not n:
-                break
-            got += n
-        if self.remaining is not None:
-            self.remaining -= got
-        return got
-
-    def read(self, limit: int = 1 << 20) -> bytes:
-        """The rest of the body (at most ``limit`` bytes: an error message)."""
-        out = bytearray()
-        buf = memoryview(bytearray(65536))
-        while len(out) < limit and (self.remaining is None or self.remaining > 0):
-            n = self.readinto(buf)
-            if not n:
-                break
-            out += buf[:n]
-        return bytes(out)
-
-    def _dechunk(self) -> None:
-        """A chunked body (servers send one only for small responses, e.g. errors):
-        read it whole now, then serve it as if it had come with the header."""
-        body = bytearray()
-        pending = bytearray(self._rest)
-        self._rest = memoryview(b"")
-        assert self.conn is not None
-        sock = self.conn.sock
-
-        def line() -> bytes:
-            while b"\r\n" not in pending:
-                chunk = sock.recv(_HEAD_CHUNK)
-                if not chunk:
-                    raise ConnectionError("the connection closed inside a chunked body")
-                pending.extend(chunk)
-            i = pending.index(b"\r\n")
-            out = bytes(pending[:i])
-            del pending[: i + 2]
-            return out
-
-        while True:
-            size = int(line().split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                while line():  # trailers, then the empty line
-                    pass
-                break
-            while len(pending) < size + 2:
-                chunk = sock.recv(max(_HEAD_CHUNK, size + 2 - len(pending)))
-                if not chunk:
-                    raise ConnectionError("the connection closed inside a chunked body")
-                pending.extend(chunk)
-            body += pending[:size]
-            del pending[: size + 2]
-        self._rest = memoryview(bytes(body))
-        self.remaining = len(body)
-
-    def close(self) -> None:
-        """Give the connection back when the body was read to its end and the server
-        keeps it open, else close it."""
-        conn, self.conn = self.conn, None
-        if conn is None:
-            return
-        if self.remaining == 0 and not self._rest and "close" not in self.headers.get("connection", "").lower():
-            self.pool.give_back(conn)
-        else:
-            conn.close()
-
-
-def _exchange(conn: _Connection, pool: _Connections, request: bytes) -> _Response:
-    """Send ``request`` and read the response's header (the connection's errors are
-    ``OSError``s: the caller may try again on a new connection)."""
-    sock = conn.sock
-    sock.sendall(request)
-    buf = bytearray()
-    searched = 0
-    while True:
-        end = buf.find(b"\r\n\r\n", max(0, searched - 3))
-        if end < 0:
-            searched = len(buf)
-            if searched > (1 << 20):
-                raise ConnectionError("the response header is longer than 1 MiB")
-            chunk = sock.recv(_HEAD_CHUNK)
-            if not chunk:
-                raise ConnectionError("the server closed the connection without a response")
-            buf += chunk
-            continue
-        lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-            raise ConnectionError(f"not an HTTP response: {lines[0][:100]!r}")
-        status = int(parts[1])
-        if 100 <= status < 200:  # an interim response: the real one follows
-            del buf[: end + 4]
-            searched = 0
-            continue
-        headers: Dict[str, str] = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            name = name.strip().lower()
-            headers[name] = f"{headers[name]}, {value.strip()}" if name in headers else value.strip()
-        return _Response(conn, pool, status, headers, bytes(buf[end + 4 :]))
-
-
-class _RangeGetter:
-    """Signed range GETs without boto3's request pipeline: boto3 spends 1.3-1.6 ms of CPU
-    per 64 KiB GET here (event hooks, parsing), ``http.client`` ~0.4 ms; this client
-    ~0.2 ms (a SigV4 signature, one ``sendall``, a header parse; on a kept-alive
-    connection, the receive included). Credentials, region and
-    endpoint are resolved once through boto3's usual chain (environment, config files,
-    instance roles; refreshed when they expire); with ``AWS_ENDPOINT_URL(_S3)``
-    objects are addressed path-style on that endpoint, otherwise virtual-hosted on AWS."""
-
-    _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-
-    def __init__(self) -> None:
-        import boto3
-
-        session = boto3.session.Session()
-        self.credentials = session.get_credentials()
-        if self.credentials is None:
-            raise StorageAccessError(
-                "no credentials for the store (S3)", "s3://", hint=storage_errors.hint_for("s3://", "missing")
-            )
-        self.region = session.region_name or "us-east-1"
-        self.endpoint = (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "").rstrip("/")
-        self.pool = _Connections()
-        self._keys: Dict[Tuple[str, str], bytes] = {}
-
-    def _signing_key(self, secret: str, day: str) -> bytes:
-        import hmac
-
-        key = self._keys.get((secret, day))
-        if key is None:
-            key = ("AWS4" + secret).encode()
-            for part in (day, self.region, "s3", "aws4_request"):
-                key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-            self._keys = {(secret, day): key}
-        return key
-
-    def url(self, bucket: str, key: str) -> Tuple[str, str, int, str, str]:
-        """(scheme, host, port, Host header, canonical path) of an object."""
-        from urllib.parse import quote, urlsplit
-
-        path = quote(key, safe="/~")
-        if self.endpoint:
-            parts = urlsplit(self.endpoint)
-            scheme = parts.scheme or "https"
-            port = parts.port or (443 if scheme == "https" else 80)
-            return scheme, parts.hostname or "", port, parts.netloc, f"{parts.path.rstrip('/')}/{bucket}/{path}"
-        host = f"{bucket}.s3.{self.region}.amazonaws.com"
-        return "https", host, 443, host, f"/{path}"
-
-    def request(self, bucket: str, key: str, headers: Dict[str, str]) -> Tuple[Tuple[str, str, int], bytes]:
-        """(connection key, the bytes of a signed GET of the object with ``headers``)."""
-        import hmac
-
-        creds = self.credentials.get_frozen_credentials()
-        scheme, host, port, host_header, canonical_path = self.url(bucket, key)
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        day = stamp[:8]
-        signed = {"host": host_header, "x-amz-content-sha256": self._EMPTY_SHA256, "x-amz-date": stamp}
-        if creds.token:
-            signed["x-amz-security-token"] = creds.token
-        names = ";".join(sorted(signed))
-        canonical = "\n".join(
-            [
-                "GET",
-                canonical_path,
-                "",
-                "".join(f"{k}:{signed[k]}\n" for k in sorted(signed)),
-                names,
-                self._EMPTY_SHA256,
-            ]
-        )
-        scope = f"{day}/{self.region}/s3/aws4_request"
-        to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-        signature = hmac.new(self._signing_key(creds.secret_key, day), to_sign.encode(), hashlib.sha256).hexdigest()
-        auth = f"AWS4-HMAC-SHA256 Credential={creds.access_key}/{scope}, SignedHeaders={names}, Signature={signature}"
-        lines = [f"GET {canonical_path} HTTP/1.1", f"Host: {host_header}"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        lines += [f"{k}: {v}" for k, v in signed.items() if k != "host"]
-        lines += [f"Authorization: {auth}", "", ""]
-        return (scheme, host, port), "\r\n".join(lines).encode("latin-1")
-
-    def get(self, bucket: str, key: str, headers: Dict[str, str]) -> _Response:
-        """GET the object: the response with its header read. A broken kept-alive
-        connection (or one that fails before the header) is tried again on a new one."""
-        target, request = self.request(bucket, key, headers)
-        for attempt in range(TRIES):
-            conn = self.pool.take(target, fresh=attempt > 0)
-            try:
-                return _exchange(conn, self.pool, request)
-            except OSError:
-                conn.close()
-                if attempt == TRIES - 1:
-                    raise
-        raise AssertionError("unreachable")
-
-
-_getter: Optional[_RangeGetter] = None
-_getter_pid = 0
-
-
-def _range_getter() -> _RangeGetter:
-    global _getter, _getter_pid
-    with _client_lock:
-        if _getter is None or _getter_pid != os.getpid():  # no sockets shared with a parent
-            if _getter is not None:
-                _getter.pool = _Connections()
-            else:
-                _getter = _RangeGetter()
-            _getter_pid = os.getpid()
-        return _getter
-
-
 # ---------------------------------------------------------------------- range reads
 
 
@@ -651,60 +636,269 @@ def _check_version(obj: RemoteObject, start: int, content_range: str, etag: Opti
 
 
 class _BotoBody:
-    """A boto3 ``get_object`` body read like a ``_Response`` (``client_factory``)."""
+    """A ``get_object`` body (botocore's ``StreamingBody``) read into the caller's
+    buffer. ``StreamingBody.readinto`` (public) hands the buffer to urllib3's
+    ``HTTPResponse.readinto``, which receives a piece and copies it in: one copy of
+    each byte, as ``read`` would also cost, but no new object per block for the
+    consumer to hold."""
 
     def __init__(self, body: Any) -> None:
         self.body = body
 
     def readinto(self, view: memoryview) -> int:
+        """Fill ``view``: fewer bytes only where the body ended (or broke off: then
+        botocore raises, see ``_BODY_ERRORS``)."""
         got = 0
         while got < len(view):
-            data = self.body.read(len(view) - got)
-            if not data:
+            n = self.body.readinto(view[got:])
+            if not n:
                 break
-            view[got : got + len(data)] = data
-            got += len(data)
+            got += n
         return got
 
     def close(self) -> None:
         self.body.close()
 
 
+def _body_errors() -> Tuple[Type[Exception], ...]:
+    """What a body that breaks off (or stalls) after its header raises: botocore wraps
+    urllib3's ``ProtocolError``/``ReadTimeoutError`` (``ResponseStreamingError``,
+    ``ReadTimeoutError``) and raises ``IncompleteReadError`` when fewer bytes than
+    ``Content-Length`` came; plain socket errors are ``OSError``."""
+    import http.client
+
+    import urllib3
+    from botocore import exceptions as bex
+
+    return (
+        OSError,
+        http.client.HTTPException,  # IncompleteRead of the standard library (``_UrllibBody``)
+        urllib3.exceptions.HTTPError,  # ProtocolError (IncompleteRead), ReadTimeoutError
+        bex.ResponseStreamingError,
+        bex.IncompleteReadError,
+        bex.ReadTimeoutError,
+        bex.HTTPClientError,
+    )
+
+
+#: how S3 range GETs are sent: "presigned" (botocore presigns, urllib3 sends: see
+#: ``_Presigned``), or "botocore" (``get_object``: botocore's whole request pipeline,
+#: used anyway with ``client_factory`` or a proxy; ~2 ms of CPU per GET, see
+#: benchmarks/README.md)
+_transport = os.environ.get("TFRECORD_IO_S3_TRANSPORT", "presigned")
+
+#: seconds a presigned URL is reused before it is made again (it is valid for
+#: ``PRESIGN_EXPIRES``; remade well before, so that credentials that rotate, e.g. an
+#: instance role's, are picked up by botocore's chain within minutes)
+PRESIGN_REUSE = 300.0
+PRESIGN_EXPIRES = 3600
+
+
+class _Presigned:
+    """Range GETs as botocore-presigned URLs sent by urllib3 (both maintained: botocore
+    does the SigV4 signing, credentials chain, region and endpoint and bucket-name
+    addressing; urllib3 the connections, keep-alive pool, TLS and retries).
+
+    Why not ``get_object`` for every GET: botocore's request pipeline (event hooks,
+    parameter handling, signing, response parsing with its timestamp parser) costs
+    ~2 ms of CPU per GET here against ~0.5 ms for a urllib3 GET; a global shuffle is
+    one GET per record or so, where that decides the rate (benchmarks/README.md). A
+    presigned URL (query-string SigV4, only ``host`` signed) is made once per object
+    version, by ``stat`` (forked workers inherit it, ``_signed``), and reused for
+    ``PRESIGN_REUSE`` seconds; ``Range`` and ``If-Match`` are unsigned headers, which S3
+    honours as on any GET.
+
+    One per process: urllib3's pools hold sockets, never shared with a forked child."""
+
+    def __init__(self) -> None:
+        import urllib3
+
+        ca = os.environ.get("AWS_CA_BUNDLE") or None
+        if ca is None:
+            try:  # as botocore: certifi's bundle when it is installed
+                import certifi
+
+                ca = certifi.where()
+            except ImportError:
+                pass
+        self.http = urllib3.PoolManager(
+            num_pools=32,
+            maxsize=64,
+            block=False,
+            ca_certs=ca,
+            timeout=urllib3.Timeout(connect=SOCKET_TIMEOUT, read=SOCKET_TIMEOUT),
+        )
+        self.retry = urllib3.Retry(
+            total=TRIES - 1,
+            status_forcelist=(429, 500, 502, 503, 504),  # throttling (503 SlowDown) and outages
+            allowed_methods=None,
+            backoff_factor=0.25,
+            raise_on_status=False,  # the last answer is returned and mapped below
+            raise_on_redirect=False,
+            respect_retry_after_header=True,
+        )
+        self._targets: Dict[str, Tuple[Any, str]] = {}  # presigned URL -> (pool, path)
+        self._lock = threading.Lock()
+
+    def target(self, obj: RemoteObject, fresh: bool = False) -> Tuple[Any, str]:
+        """(urllib3 pool, path with the signature) of a GET of ``obj``."""
+        from urllib.parse import urlsplit
+
+        url = _presign(obj, fresh)
+        hit = self._targets.get(url)
+        if hit is None:
+            parts = urlsplit(url)
+            hit = (self.http.connection_from_url(url), parts.path + ("?" + parts.query if parts.query else ""))
+            with self._lock:
+                if len(self._targets) > 100_000:
+                    self._targets.clear()
+                self._targets[url] = hit
+        return hit
+
+    def get(self, obj: RemoteObject, headers: Dict[str, str]) -> Any:
+        """urllib3's response (header read, body not) to a GET of ``obj``; a 403 to a
+        reused URL is asked once more with a new one (the credentials it was signed
+        with may have expired meanwhile)."""
+        for fresh in (False, True):
+            pool, path = self.target(obj, fresh)
+            resp = pool.urlopen(
+                "GET",
+                path,
+                headers=headers,
+                retries=self.retry,
+                redirect=False,
+                assert_same_host=False,
+                preload_content=False,
+                decode_content=False,
+            )
+            if resp.status != 403 or fresh:
+                return resp
+            resp.drain_conn()
+        raise AssertionError("unreachable")
+
+
+_presigned: Optional[_Presigned] = None
+_presigned_pid = 0
+
+#: (object URL, ETag) -> (when made, presigned URL): plain strings, so DataLoader workers
+#: forked after ``stat`` (which presigns) inherit them and need no boto3 client of their
+#: own (making one costs ~10-30 ms per worker and epoch)
+_signed: Dict[Tuple[str, str], Tuple[float, str]] = {}
+
+
+def _presign(obj: RemoteObject, fresh: bool = False) -> str:
+    """The presigned GET URL of ``obj`` made in the last ``PRESIGN_REUSE`` seconds (in
+    this process or its parent), else a new one."""
+    now = time.monotonic()
+    hit = _signed.get((obj.url, obj.etag))
+    if hit is not None and not fresh and now - hit[0] < PRESIGN_REUSE:
+        return hit[1]
+    bucket, key = obj.bucket_key
+    url = str(
+        client().generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=PRESIGN_EXPIRES)
+    )
+    if len(_signed) > 100_000:
+        _signed.clear()
+    _signed[(obj.url, obj.etag)] = (now, url)
+    return url
+
+
+def _presigner() -> _Presigned:
+    global _presigned, _presigned_pid
+    with _client_lock:
+        if _presigned is None or _presigned_pid != os.getpid():
+            _presigned, _presigned_pid = _Presigned(), os.getpid()
+        return _presigned
+
+
+_proxy_env: Tuple[int, bool] = (0, False)
+
+
+def _proxied() -> bool:
+    """Whether the environment names a proxy (``HTTPS_PROXY`` etc.): then botocore's own
+    HTTP session, which honours it, sends the GETs. Looked up once per process (a scan
+    of ``os.environ`` costs ~0.1 ms, per GET it would be a tenth of the GET)."""
+    global _proxy_env
+    if _proxy_env[0] != os.getpid():
+        import urllib.request
+
+        _proxy_env = (os.getpid(), bool(urllib.request.getproxies_environment()))
+    return _proxy_env[1]
+
+
+class _UrllibBody:
+    """urllib3's response body received straight into the caller's buffer.
+
+    urllib3's public ``HTTPResponse.readinto`` reads a new ``bytes`` of the size asked
+    for and copies it in: for 1 MiB blocks a fresh 1 MiB object per block, page-faulted
+    in each time (the cost ``_BufferPool`` exists to avoid; ~25% more CPU per record in
+    ``bench_torch.py --s3``). The standard library's ``http.client.HTTPResponse`` under
+    it has ``readinto`` receiving into the buffer itself; urllib3 keeps it as ``_fp``
+    (not public), so it is used only when it is exactly that and the body is not
+    content-encoded (urllib3 would decode it); otherwise urllib3's ``readinto``. Either
+    way urllib3 gives the connection back to its pool once the body is read to its end
+    (``release_conn``) and closes it otherwise (``close``)."""
+
+    def __init__(self, resp: Any) -> None:
+        import http.client
+
+        self.resp = resp
+        raw = getattr(resp, "_fp", None)
+        plain = not resp.headers.get("content-encoding")
+        self.src: Any = raw if plain and isinstance(raw, http.client.HTTPResponse) else resp
+
+    def readinto(self, view: memoryview) -> int:
+        """Fill ``view``: fewer bytes only where the body ended or broke off (the
+        standard library returns 0 at a premature end; urllib3 raises)."""
+        got = 0
+        while got < len(view):
+            n = self.src.readinto(view[got:])
+            if not n:
+                break
+            got += n
+        return got
+
+    def close(self) -> None:
+        if self.src is not self.resp and self.src.isclosed():  # read to its end (http.client closed it)
+            self.resp.release_conn()
+            return
+        self.resp.close()  # not read to its end: the connection cannot be reused
+        self.resp.release_conn()
+
+
 def _open(obj: RemoteObject, start: int, end: int) -> Any:
     """A GET of bytes ``[start, end)`` of this version of the object (``If-Match`` on the
-    listed ETag), its status, size and version checked; the body is still to be read."""
+    listed ETag), its status, size and version checked; the body is still to be read.
+
+    botocore retries a request that fails before its header (connection errors, 5xx,
+    throttling) up to ``TRIES`` times with backoff; what still fails is an error naming
+    the object. Refusals (403, expired credentials) are ``StorageAccessError``s, never
+    retried as an outage; 412 (``If-Match``) and 404 mean the listed version is gone."""
+    if is_gcs(obj.url):
+        return _GcsBody(obj, start, end)  # counts its requests itself: one per block
+    if is_azure(obj.url):
+        return _AzureBody(obj, start, end)  # likewise
     bucket, key = obj.bucket_key
-    headers = {"Range": f"bytes={start}-{end - 1}"}
-    if obj.etag:
-        headers["If-Match"] = obj.etag
-    if _settings.client_factory is not None:
-        args: Dict[str, Any] = {"Bucket": bucket, "Key": key, "Range": headers["Range"]}
+    rng = f"bytes={start}-{end - 1}"
+    transport = _transport
+    if transport == "presigned" and (_settings.client_factory is not None or _proxied()):
+        transport = "botocore"
+    if transport == "presigned":
+        headers = {"Range": rng}
         if obj.etag:
-            args["IfMatch"] = obj.etag
+            headers["If-Match"] = obj.etag
         try:
-            response = client().get_object(**args)
-        except Exception as err:
-            storage_errors.raise_access_error(err, obj.url)
-            code = _error_code(err)
-            if code in ("412", "PreconditionFailed"):
-                raise _changed(obj, start) from None
-            if code in ("404", "NoSuchKey", "NotFound"):
-                raise RemoteObjectChangedError("the object was deleted after it was listed", obj.url, start) from None
-            raise TFRecordError(f"range read of bytes {start}-{end - 1} failed: {err}", obj.url, start) from err
-        _check_version(obj, start, str(response.get("ContentRange", "")), response.get("ETag"))
-        length = response.get("ContentLength")
-        body: Any = _BotoBody(response["Body"])
-    else:
-        try:
-            resp = _range_getter().get(bucket, key, headers)
-        except OSError as err:  # after the retries: name the object
+            resp = _presigner().get(obj, headers)
+        except Exception as err:  # urllib3's errors after its retries, botocore's when presigning
+            storage_errors.raise_access_error(err, obj.url)  # no credentials: not an outage
             raise TFRecordError(f"range read of bytes {start}-{end - 1} failed: {err}", obj.url, start) from err
         if resp.status not in (200, 206):
             try:
                 text = resp.read(300).decode("utf-8", "replace")
-            except OSError:
+            except Exception:  # noqa: BLE001 - the status says enough
                 text = ""
             resp.close()
+            resp.release_conn()
             if resp.status == 412:
                 raise _changed(obj, start)
             if resp.status == 404:
@@ -713,13 +907,34 @@ def _open(obj: RemoteObject, start: int, end: int) -> Any:
             if refused is not None:  # credentials expired or revoked mid-read: not retried
                 raise refused
             raise TFRecordError(f"range read of bytes {start}-{end - 1}: HTTP {resp.status}: {text}", obj.url, start)
+        body: Any = _UrllibBody(resp)
         try:
             _check_version(obj, start, resp.headers.get("content-range", ""), resp.headers.get("etag"))
         except RemoteObjectChangedError:
-            resp.close()
+            body.close()
             raise
-        length = resp.remaining
-        body = resp
+        length = resp.headers.get("content-length")
+    else:  # botocore's get_object
+        args: Dict[str, Any] = {"Bucket": bucket, "Key": key, "Range": rng}
+        if obj.etag:
+            args["IfMatch"] = obj.etag
+        try:
+            response = client().get_object(**args)
+        except Exception as err:  # botocore's ClientError, or its connection errors after the retries
+            storage_errors.raise_access_error(err, obj.url)
+            code = _error_code(err)
+            if code in ("412", "PreconditionFailed"):
+                raise _changed(obj, start) from None
+            if code in ("404", "NoSuchKey", "NotFound"):
+                raise RemoteObjectChangedError("the object was deleted after it was listed", obj.url, start) from None
+            raise TFRecordError(f"range read of bytes {start}-{end - 1} failed: {err}", obj.url, start) from err
+        body = _BotoBody(response["Body"])
+        try:
+            _check_version(obj, start, str(response.get("ContentRange", "")), response.get("ETag"))
+        except RemoteObjectChangedError:
+            body.close()
+            raise
+        length = response.get("ContentLength")
     if length is not None and int(length) != end - start:
         body.close()
         raise TruncatedRecordError(
@@ -751,8 +966,8 @@ class _RangeReader:
                 self._body = _open(self.obj, self.pos, self.end)
             try:
                 n = self._body.readinto(view[got:])
-                error: Optional[OSError] = None
-            except OSError as err:
+                error: Optional[Exception] = None
+            except _body_errors() as err:
                 n, error = 0, err
             if n:
                 got += n

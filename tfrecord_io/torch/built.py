@@ -48,15 +48,15 @@ def from_dataset(
     ``shuffle="global"``: each epoch one permutation of every record of the selection
     (see ``TFRecordDataset``). ``state_dict()``/``load_state_dict()`` resume mid-epoch
     (``StatefulDataLoader``); a state of another root, version, split or seed is refused.
-    ``s3://`` roots are read with range requests, read-ahead and parallel fetches
+    ``s3://``, ``gs://`` and ``azfs://`` roots are read with range requests, read-ahead and parallel fetches
     (``tfrecord_io.remote_reader``; its ``configure`` sets the optional local cache).
     """
     objects: Dict[str, RemoteObject] = {}
 
     def describe(path: str, index: Optional[str], compression: Optional[str]) -> FileInfo:
-        # S3 shards by HEAD/GET of the range reader (Beam's S3 filesystem makes a boto3
-        # client per call, ~0.8 s each), pinned to the ETag they have now
-        if not remote_reader.is_s3(path) or (index is not None and not remote_reader.is_s3(index)):
+        # S3 and GCS shards by the range reader's own requests (Beam's S3 filesystem makes
+        # a boto3 client per call, ~0.8 s each), pinned to the ETag or generation they have now
+        if not remote_reader.handles(path) or (index is not None and not remote_reader.handles(index)):
             return describe_file(path, index, compression)
         info, obj = remote_reader.describe(path, index, compression)
         objects[path] = obj

@@ -208,14 +208,15 @@ class _ShardedDataset(torch.utils.data.IterableDataset):
         return out
 
     def _describe(self, paths: Sequence[str], index_paths: Sequence[Optional[str]]) -> List[FileInfo]:
-        """``describe_files``, with ``s3://`` objects described by HEAD/GET requests of
-        their own (``remote_reader.describe``) and pinned to their ETag: the one given in
+        """``describe_files``, with ``s3://`` and ``gs://`` objects described by requests of
+        their own (``remote_reader.describe``) and pinned to their ETag (S3) or generation
+        (GCS): the one given in
         ``remote_objects`` (an object that no longer has it is an error naming it), else
         the one it has now."""
         out: List[FileInfo] = []
         compression = self.options.compression_type
         for path, index in zip(paths, index_paths):
-            if remote_reader.is_s3(path):
+            if remote_reader.handles(path):
                 info, obj = remote_reader.describe(path, index, compression)
                 given = self._objects.setdefault(path, obj)
                 if (given.etag, given.size) != (obj.etag, obj.size):
@@ -230,10 +231,11 @@ class _ShardedDataset(torch.utils.data.IterableDataset):
         return out
 
     def _pin_objects(self, infos: Sequence[FileInfo]) -> None:
-        """Stat the S3 objects among ``infos`` once (size checked against the listing, ETag
-        kept): every later range read asks for that version and fails if it changed."""
+        """Stat the S3 and GCS objects among ``infos`` once (size checked against the
+        listing, ETag or generation kept): every later range read asks for that version
+        and fails if it changed."""
         for f in infos:
-            if remote_reader.is_s3(f.path) and f.path not in self._objects:
+            if remote_reader.handles(f.path) and f.path not in self._objects:
                 self._objects[f.path] = remote_reader.stat(f.path, f.size)
 
     def _rank(self) -> Tuple[int, int]:
@@ -390,8 +392,9 @@ class TFRecordDataset(_ShardedDataset):
 
     ``shuffle="global"``: each epoch one permutation of all the records (across files),
     read ``global_window`` positions at a time. ``state_dict()``/``load_state_dict()``:
-    resume mid-epoch (module doc). ``s3://`` paths are read with range requests
-    (``tfrecord_io.remote_reader``), each object pinned to the ETag it had when listed
+    resume mid-epoch (module doc). ``s3://``, ``gs://`` and ``azfs://`` paths are read with range
+    requests (``tfrecord_io.remote_reader``), each object pinned to the ETag (S3) or
+    generation (GCS) it had when listed
     (``remote_objects``: versions stat'ed already, by URL, as ``from_dataset`` passes them).
 
     The reading options (``shuffle_queue_size``, ``compression_type``, ``shuffle_files``,
