@@ -56,3 +56,20 @@ def test_lookup_append_remove_and_diff_on_s3(s3_server, s3_bucket, s3_options, t
     assert [k for s in d["splits"].values() for k in s["removed"]] == ["3"]
     proc = run_cli("validate", out, *flags, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_lookup_takes_the_s3_flags_without_aws_variables(s3_server, s3_bucket, tmp_path):
+    """``tfrecord-io lookup s3://... --s3_endpoint_url=... --s3_access_key_id=...`` in an
+    environment with no ``AWS_*`` variables: the look-up's own ranged reads (key index
+    block, record) use the flags, as every job's Beam reads do."""
+    import os
+
+    out = f"{s3_bucket}/ds"
+    manifest, config = write_rows_config(tmp_path, "s3rows", out)
+    flags = ["--no-progress", *IN_PROCESS, *s3_server.pipeline_args()]
+    run_cli("build", str(config), "--version", "v1", *flags, env=cli_env(**s3_server.env()), check=True)
+    bare = {k: v for k, v in cli_env().items() if not k.startswith("AWS_")}
+    bare["AWS_CONFIG_FILE"] = bare["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
+    proc = run_cli("lookup", out, "5", "--json", *flags, env=bare)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["example"]["text"] == "t5"

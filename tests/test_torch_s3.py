@@ -282,9 +282,15 @@ def test_from_dataset_on_s3_global_shuffle_and_resume(remote, tmp_path):
     assert [int(v) for b in again for v in b["n"]] == rest
 
 
-def _through(endpoint, monkeypatch):
-    """Send this process's range GETs to ``endpoint`` (a proxy) from now on."""
+def _through(endpoint, monkeypatch, server):
+    """Send this process's range GETs to ``endpoint`` (a proxy in front of ``server``)
+    from now on: the environment, and the Beam flags (which win when given)."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    flags = [a for a in server.pipeline_args() if not a.startswith("--s3_endpoint_url=")]
+    FileSystems.set_options(PipelineOptions([*flags, f"--s3_endpoint_url={endpoint}"]))
     remote_reader.reset_client()
 
 
@@ -295,7 +301,7 @@ def test_a_response_broken_off_is_read_on_from_where_it_broke(remote, s3_server,
     remote_reader.configure(request_size=1 << 20)  # the whole object in one GET
     proxy = CuttingProxy(s3_server, cut_after=3000, cuts=2)  # the first two responses break off
     try:
-        _through(proxy.endpoint, monkeypatch)
+        _through(proxy.endpoint, monkeypatch, s3_server)
         STATS.reset()
         ranges = [(a, min(a + BLOCK, obj.size)) for a in range(0, obj.size, BLOCK)]
         assert b"".join(bytes(v) for v in remote_reader.fetch_ahead(obj, ranges)) == want
@@ -310,7 +316,7 @@ def test_a_server_that_keeps_breaking_off_is_an_error_naming_the_object(remote, 
     obj = remote_reader.stat(urls[0])
     proxy = CuttingProxy(s3_server, cut_after=1, cuts=None)  # every response cut at its first byte
     try:
-        _through(proxy.endpoint, monkeypatch)
+        _through(proxy.endpoint, monkeypatch, s3_server)
         with pytest.raises(TFRecordError, match="range read of bytes 0-99 failed") as err:
             remote_reader.read_range(obj, 0, 100)
         assert urls[0] in str(err.value)
@@ -327,7 +333,7 @@ def test_connections_are_kept_alive_unless_the_server_closes_them(remote, s3_ser
     # the session's server answers "Connection: close": a connection per GET
     proxy = CuttingProxy(s3_server)
     try:
-        _through(proxy.endpoint, monkeypatch)
+        _through(proxy.endpoint, monkeypatch, s3_server)
         for o, a, b in ranges[:5]:
             assert bytes(remote_reader.read_range(o, a, b)) == want[a:b]
         assert proxy.connections == 5
@@ -339,7 +345,7 @@ def test_connections_are_kept_alive_unless_the_server_closes_them(remote, s3_ser
     try:
         for key, value in kept.env().items():
             monkeypatch.setenv(key, value)
-        _through(proxy.endpoint, monkeypatch)
+        _through(proxy.endpoint, monkeypatch, kept)
         for o, a, b in ranges[:5]:
             assert bytes(remote_reader.read_range(o, a, b)) == want[a:b]
         assert proxy.connections == 1

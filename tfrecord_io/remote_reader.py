@@ -252,18 +252,65 @@ def _config() -> Any:
     )
 
 
+#: Beam's S3 flags (``S3Options``) -> boto3 client arguments
+_BEAM_S3_ARGS = {
+    "s3_endpoint_url": "endpoint_url",
+    "s3_access_key_id": "aws_access_key_id",
+    "s3_secret_access_key": "aws_secret_access_key",
+    "s3_session_token": "aws_session_token",
+    "s3_region_name": "region_name",
+    "s3_verify": "verify",
+}
+_client_args: Dict[str, Any] = {}
+_job_args_of: Tuple[Any, Dict[str, Any]] = (None, {})  # (the options read, what they gave)
+
+
+def _job_s3_args() -> Dict[str, Any]:
+    """The S3 settings a command was given as Beam flags (``--s3_endpoint_url``,
+    ``--s3_access_key_id`` ...), as boto3 client arguments; empty without any.
+
+    Why: a command's Beam reads take these flags (``FileSystems.set_options``), and its
+    own ranged reads (``tfrecord-io lookup``'s key-index probe and record, a job's look-ups)
+    must reach the same store with the same credentials, not boto3's usual sources only
+    (which the machine need not have). Read from the options Beam's filesystems hold in
+    this process (:func:`files.filesystem_options`); Beam is not imported here."""
+    from .files import filesystem_options
+
+    global _job_args_of
+    options = filesystem_options()
+    if options is None:
+        return {}
+    if options is _job_args_of[0]:  # reading them costs ~4 ms; Beam sets a new object when they change
+        return _job_args_of[1]
+    try:
+        given = options.get_all_options(drop_default=True)
+    except Exception:  # noqa: BLE001 - options of another shape: boto3's usual sources
+        given = {}
+    args = {arg: given[flag] for flag, arg in _BEAM_S3_ARGS.items() if given.get(flag) not in (None, "")}
+    if given.get("s3_disable_ssl"):
+        args["use_ssl"] = False
+    _job_args_of = (options, args)
+    return args
+
+
 def client() -> Any:
     """This process's S3 client: one for all threads (boto3 clients are thread-safe).
 
     After a fork (a DataLoader worker) a new client is made, so that no pooled
     connection is shared with the parent, but from the parent's boto3 session: the
     session holds the loaded service model and the resolved credentials, so the
-    child's client costs ~10 ms instead of the ~0.2-0.5 s of a first one."""
-    global _pid, _client, _session
+    child's client costs ~10 ms instead of the ~0.2-0.5 s of a first one. The
+    command's ``--s3_*`` flags, when given, win over boto3's usual sources
+    (:func:`_job_s3_args`); a client made before they were set is made again."""
+    global _pid, _client, _session, _client_args, _presigned
     with _client_lock:
         if _pid != os.getpid():
             _pid = os.getpid()
             _client = None
+        args = _job_s3_args() if _settings.client_factory is None else {}
+        if _client is not None and args != _client_args:
+            _client, _presigned = None, None
+            _signed.clear()  # URLs signed with other settings
         if _client is None:
             if _settings.client_factory is not None:
                 _client = _settings.client_factory()
@@ -272,7 +319,8 @@ def client() -> Any:
                     import boto3
 
                     _session = boto3.session.Session()
-                _client = _session.client("s3", config=_config())
+                _client = _session.client("s3", config=_config(), **args)
+            _client_args = args
         return _client
 
 
