@@ -390,7 +390,7 @@ def _validated_dict(raw: Mapping[str, Any], base_dir: str, require_input: bool) 
     inp = cfg.get("input", {})
     if require_input and bool(inp.get("manifest")) == bool(inp.get("directory")):
         errors.append("input: give exactly one of input.manifest or input.directory")
-    columns = cfg.get("columns") if isinstance(cfg.get("columns"), dict) else {}
+    columns: Dict[str, Any] = cfg["columns"] if isinstance(cfg.get("columns"), dict) else {}
     for name, col in columns.items():
         where = f"columns.{name}"
         if isinstance(col, str):
@@ -404,7 +404,7 @@ def _validated_dict(raw: Mapping[str, Any], base_dir: str, require_input: bool) 
             errors.append(f"{where}.encoder: unknown encoder {enc!r} (known: {', '.join(ENCODER_NAMES)})")
     if isinstance(raw, Mapping) and "columns" in raw and isinstance(cfg.get("columns"), dict) and not columns:
         errors.append("columns: at least one column must be encoded")
-    weights = cfg.get("splits") if isinstance(cfg.get("splits"), dict) else {}
+    weights: Dict[str, Any] = cfg["splits"] if isinstance(cfg.get("splits"), dict) else {}
     bad_weight = False
     for split, w in weights.items():
         if not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0:
@@ -538,8 +538,8 @@ def _json_default(value: Any) -> Optional[Any]:
 def _encoder_params(name: str) -> List[Tuple[str, Any]]:
     from tfrecord_io.pipelines.build.encoders_config import encoder_class
 
-    params = inspect.signature(encoder_class(name).__init__).parameters
-    return [(p, params[p].default) for p in params if p != "self"]
+    params = inspect.signature(encoder_class(name)).parameters
+    return [(p, params[p].default) for p in params]
 
 
 def _json_column(name: str) -> Dict[str, Any]:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, cast
 
 import apache_beam as beam
 import numpy as np
@@ -379,7 +379,9 @@ def merge_key_index(
                 shards = blk.shards.astype(np.int64)
                 offsets = blk.offsets.astype(np.int64)
                 keep = np.ones(len(blk), dtype=bool)
-                for shard in set(shards.tolist()) & set(moved):
+                # numpy's stubs type tolist() of an array by its element (int); it is a list
+                shard_ids = cast(List[int], shards.tolist())
+                for shard in set(shard_ids) & set(moved):
                     table = moved[shard]
                     for i in np.flatnonzero(shards == shard).tolist():
                         new = table.get(int(offsets[i]))

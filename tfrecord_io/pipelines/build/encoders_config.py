@@ -42,7 +42,7 @@ def make_encoders(columns: Mapping[str, Union[ColumnConfig, Mapping[str, Any]]])
         settings = _settings(column)
         params = {k: v for k, v in settings.items() if k not in ("encoder", "column")}
         cls = encoder_class(settings["encoder"])
-        accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
+        accepted = set(inspect.signature(cls).parameters)
         unknown = sorted(set(params) - accepted)
         if unknown:
             errors.append(
