@@ -221,7 +221,8 @@ class ClassifyRows(beam.DoFn):
             elif self._on_existing == "error":
                 raise KeyExistsError(
                     f"key {key[:200]!r} (row at {row.get('_row')}) is already in the base version (split {split}); "
-                    "set on_existing: skip or replace (--set on_existing=replace) to append anyway"
+                    # a flag of the command, not a config field (--set on_existing=... is refused as unknown)
+                    "give --on-existing skip or --on-existing replace to append anyway"
                 )
             else:
                 keep.append(item)
