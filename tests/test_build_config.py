@@ -118,6 +118,27 @@ def test_build_dataset_takes_the_object_a_mapping_or_a_path(tmp_path):
     assert tfio.BuildDataset({"name": "t", "columns": {"x": "int"}}, output_dir="rel").spec.out_dir == "rel"
 
 
+def test_run_build_parses_and_checks_once(tmp_path, monkeypatch):
+    """``run_build`` takes the object as it is: no second validation, and the pipeline's
+    ``BuildDataset`` is the spec the launcher checked (its encoders not made again)."""
+    from tfrecord_io.pipelines.build import job, transform
+
+    from tests.pipeline_support import options
+
+    (tmp_path / "m.csv").write_text("id,n\n" + "".join(f"{i},{i * 3}\n" for i in range(12)))
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_minimal(key="id", columns={"n": "int"}, output={"dir": "out", "version": "v1"})))
+    cfg = load_config(str(path))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("parsed or built again")
+
+    monkeypatch.setattr(build_config, "_validated_dict", refuse)
+    monkeypatch.setattr(transform.BuildDataset, "__init__", refuse)
+    summary = job.run_build(cfg, options(), progress=False, log=lambda *a: None)
+    assert summary.written == 12 and summary.version == "v1"
+
+
 def test_config_errors_still_name_every_field(tmp_path):
     with pytest.raises(ConfigError) as err:
         validate_build_config(
