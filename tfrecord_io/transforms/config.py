@@ -1,38 +1,69 @@
-"""Specs to and from plain data: rebuild encoders from ``to_config()`` dicts (what a
-YAML/JSON job config or ``tfrecord_io_info.json`` holds), and describe a spec for
+"""Specs to and from plain data: rebuild encoders from config dicts (what a YAML/JSON
+job config or ``tfrecord_io_info.json`` holds), and describe a spec for
 ``tfrecord_io_info.json``.
 
-    spec = spec_from_config({"image": {"type": "Image", "reencode": "jpeg"},
-                              "label": {"type": "Label", "vocabulary": ["cat", "dog"]}})
+    spec = spec_from_config({"image": {"encoder": "image", "reencode": "jpeg"},
+                              "label": {"encoder": "label", "vocabulary": ["cat", "dog"]}})
     info = spec_info(spec)   # {"columns": ..., "features": [...], "tf_parse_spec": ...}
+
+One parser takes both ways of naming the encoder: ``{encoder: image}`` (the build
+config's form, lower case, the one to write) and ``{type: Image}`` (the class name, what
+``to_config()`` writes into ``tfrecord_io_info.json``). The ``type`` form is not
+deprecated: every published dataset's info file holds it, and rewriting it would change
+those files, so both stay and give the same encoder.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, Mapping
 
 from .encoders import Array, Audio, AudioFrames, Bytes, Float, Image, Int, Label, Steps, Text
+from .encoders.base import ColumnEncoder
 from .spec import feature_specs, tf_parse_spec
 
-ENCODERS = {cls.__name__: cls for cls in (Array, Audio, AudioFrames, Bytes, Float, Image, Int, Label, Steps, Text)}
+ENCODERS: Dict[str, type] = {
+    cls.__name__: cls for cls in (Array, Audio, AudioFrames, Bytes, Float, Image, Int, Label, Steps, Text)
+}
 
 
-def encoder_from_config(config: Mapping[str, Any]):
-    """``{"type": "Image", **params}`` -> the encoder; unknown types or params raise."""
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+# The ``{encoder: <name>}`` names: the class names in snake case (``image``, ``audio_frames``).
+ENCODERS_BY_NAME: Dict[str, type] = {_snake(name): cls for name, cls in ENCODERS.items()}
+
+
+def encoder_from_config(config: Mapping[str, Any]) -> ColumnEncoder:
+    """``{"encoder": "image", **params}`` (or ``{"type": "Image", **params}``) -> the
+    encoder; unknown names or params raise ``ValueError``. A ``column`` entry (which input
+    column a build reads) is not a parameter and is ignored with the ``encoder`` form."""
     params = dict(config)
-    name = params.pop("type", None)
-    cls = ENCODERS.get(name)
-    if cls is None:
-        raise ValueError(f"unknown encoder type {name!r}; one of {sorted(ENCODERS)}")
+    if "encoder" in params:
+        if "type" in params:
+            raise ValueError(f"give the encoder once: 'encoder: {params['encoder']}' or 'type: {params['type']}'")
+        name = params.pop("encoder")
+        params.pop("column", None)
+        cls = ENCODERS_BY_NAME.get(name)
+        if cls is None:
+            raise ValueError(f"unknown encoder {name!r}; one of {sorted(ENCODERS_BY_NAME)}")
+    else:
+        name = params.pop("type", None)
+        found = ENCODERS.get(name) if isinstance(name, str) else None
+        if found is None:
+            raise ValueError(f"unknown encoder type {name!r}; one of {sorted(ENCODERS)}")
+        cls = found
     if "resize" in params and params["resize"] is not None:
         params["resize"] = tuple(params["resize"])
     try:
-        return cls(**params)
+        encoder: ColumnEncoder = cls(**params)
     except TypeError as err:
         raise ValueError(f"{name}: {err}") from None
+    return encoder
 
 
-def spec_from_config(config: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
+def spec_from_config(config: Mapping[str, Mapping[str, Any]]) -> Dict[str, ColumnEncoder]:
     """``{column: encoder config}`` -> ``{column: encoder}``."""
     return {column: encoder_from_config(cfg) for column, cfg in config.items()}
 
@@ -52,4 +83,4 @@ def spec_info(spec: Mapping[str, Any]) -> Dict[str, Any]:
     }
 
 
-__all__ = ["ENCODERS", "encoder_from_config", "spec_config", "spec_from_config", "spec_info"]
+__all__ = ["ENCODERS", "ENCODERS_BY_NAME", "encoder_from_config", "spec_config", "spec_from_config", "spec_info"]

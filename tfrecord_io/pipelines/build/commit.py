@@ -143,10 +143,10 @@ def dataset_info(
     """``tfrecord_io_info.json`` of a finished version: what readers and reruns go by."""
     columns = spec.columns(summary["vocab"])
     encoders = spec.encoders(summary["vocab"])
-    config = dict(spec.config, columns=columns)
+    config = dict(spec.config_dict(), columns=columns)
     return {
         "name": spec.name,
-        "description": spec.config.get("description", ""),
+        "description": spec.config.description,
         "version": spec.version,
         "tool": "tfrecord-io",
         "tool_version": __version__,

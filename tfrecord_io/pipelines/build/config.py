@@ -1,17 +1,29 @@
 """Job configuration: YAML files under ``configs/`` that fully describe a job.
 
-A config is validated before anything runs; every problem names the field at fault
-(``columns.image.quality: expected an integer, got 'high'``). Command-line flags
-override fields with ``--set dotted.key=value`` (the value is parsed as YAML), and the
-common ones have flags of their own (``--output``, ``--runner`` ...).
+A config is validated once, by :func:`load_config` (or :func:`validate_build_config`),
+into a frozen :class:`BuildConfig`; every problem names the field at fault
+(``columns.image.quality: expected an integer, got 'high'``). The build's stages get that
+object, never the raw mapping, so a field is read in one place and typed there.
+Command-line flags override fields with ``--set dotted.key=value`` (the value is parsed
+as YAML), and the common ones have flags of their own (``--output``, ``--runner`` ...).
+
+The dataclasses below are the one description of the format: the validator's
+:data:`SCHEMA` and the JSON Schema editors use (:func:`json_schema`, shipped as
+``build-config.schema.json`` beside this file) are both generated from their fields.
+Regenerate the shipped file with ``python -m tfrecord_io.pipelines.build.config --schema``.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
+import dataclasses
+import inspect
+import json
 import os
-from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 import yaml
 
@@ -33,60 +45,266 @@ class Field:
 
 _NUM = (int, float)
 
-# Top-level schema; nested mappings are checked by their own schemas below.
-SCHEMA: Dict[str, Any] = {
-    "name": Field((str,), required=True, doc="dataset name, used in shard file names"),
-    "description": Field((str,), default=""),
-    "input": {
-        "manifest": Field((str,), doc="CSV or JSONL file, one row per example"),
-        "directory": Field((str,), doc="a root/<label>/<file> tree"),
-        "format": Field((str,), default="auto", choices=("auto", "csv", "jsonl")),
-        "multiline_values": Field(
-            (str, bool),
-            default="auto",
-            choices=("auto", True, False),
-            doc="may a CSV's quoted values hold line breaks? auto: only if it has a '\"' (then one worker reads it); "
-            "false: never (cut it into ranges read in parallel); true: yes (one worker reads it)",
+ENCODER_NAMES = ("image", "audio", "text", "int", "float", "label", "array", "bytes")
+
+# Columns whose values are paths to media files (resolved against the manifest's folder).
+MEDIA_ENCODERS = ("image", "audio")
+
+SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "build-config.schema.json")
+
+
+def _opt(
+    types: tuple,
+    default: Any = None,
+    *,
+    required: bool = False,
+    choices: Optional[tuple] = None,
+    doc: str = "",
+    factory: Any = None,
+    yaml_default: Any = dataclasses.MISSING,
+    json: Optional[Dict[str, Any]] = None,
+) -> Any:
+    """A dataclass field that also describes its YAML form (``metadata``), from which
+    :data:`SCHEMA` and :func:`json_schema` are generated. ``yaml_default`` is what the
+    YAML omits when it differs from the parsed default (``'256MiB'`` vs its bytes)."""
+    meta = {
+        "field": Field(
+            types,
+            required=required,
+            default=default if yaml_default is dataclasses.MISSING else yaml_default,
+            choices=choices,
+            doc=doc,
         ),
-        "glob": Field((str,), default="*", doc="files to take from a directory layout"),
-        "label_column": Field((str,), default="label"),
-        "path_column": Field((str,), default="path"),
-    },
-    "key": Field(
+        "json": json or {},
+    }
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _section(cls: type, doc: str = "") -> Any:
+    """A nested mapping of the YAML, parsed into ``cls``."""
+    return field(default_factory=cls, metadata={"section": cls, "doc": doc})
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """``input``: where ``tfrecord-io build`` reads its rows (a manifest or a folder tree).
+    Paths are absolute once loaded (resolved against the config file's folder)."""
+
+    manifest: Optional[str] = _opt((str,), doc="CSV or JSONL file, one row per example")
+    directory: Optional[str] = _opt((str,), doc="a root/<label>/<file> tree")
+    format: str = _opt((str,), "auto", choices=("auto", "csv", "jsonl"))
+    multiline_values: Union[str, bool] = _opt(
+        (str, bool),
+        "auto",
+        choices=("auto", True, False),
+        doc="may a CSV's quoted values hold line breaks? auto: only if it has a '\"' (then one worker reads it); "
+        "false: never (cut it into ranges read in parallel); true: yes (one worker reads it)",
+    )
+    glob: str = _opt((str,), "*", doc="files to take from a directory layout")
+    label_column: str = _opt((str,), "label")
+    path_column: str = _opt((str,), "path")
+
+
+@dataclass(frozen=True)
+class ColumnConfig:
+    """One entry of ``columns``: ``{encoder: image, column: path, quality: 90}``.
+
+    ``params`` are the encoder's keyword arguments as written (checked against its
+    signature when the encoders are made); ``column`` is the input column it reads
+    (default: the feature's own name)."""
+
+    encoder: str
+    column: Optional[str] = None
+    params: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, settings: Union[str, Mapping[str, Any]]) -> ColumnConfig:
+        """``'int'`` or ``{encoder: int, ...}`` (validated) -> the column's config."""
+        if isinstance(settings, str):
+            return cls(encoder=settings)
+        params = {k: v for k, v in settings.items() if k not in ("encoder", "column")}
+        return cls(encoder=str(settings["encoder"]), column=settings.get("column"), params=copy.deepcopy(params))
+
+    def settings(self) -> Dict[str, Any]:
+        """The mapping form (``{encoder: ..., column: ..., **params}``), as configs and
+        ``tfrecord_io_info.json`` hold it."""
+        out: Dict[str, Any] = {"encoder": self.encoder}
+        if self.column is not None:
+            out["column"] = self.column
+        out.update(copy.deepcopy(self.params))
+        return out
+
+    @property
+    def is_media(self) -> bool:
+        return self.encoder in MEDIA_ENCODERS
+
+
+@dataclass(frozen=True)
+class SplitsConfig:
+    """``splits``: split name -> weight (its share of the rows)."""
+
+    weights: Dict[str, float] = field(default_factory=lambda: {"train": 1.0})
+
+    def active(self) -> Dict[str, float]:
+        """The splits rows can go to (weight > 0), in the config's order."""
+        return {k: v for k, v in self.weights.items() if v > 0}
+
+
+@dataclass(frozen=True)
+class ShardingConfig:
+    """``sharding``: a fixed shard count per split, or one derived from a target size."""
+
+    num_shards: Optional[int] = _opt((int,), doc="shards per split (fixed)", json={"minimum": 1})
+    target_shard_bytes: int = _opt(
+        (int, str),
+        256 << 20,
+        yaml_default="256MiB",
+        doc="derive shards per split from size (bytes, or e.g. 256MiB, 1GB)",
+    )
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """``output``: where versions are written and how."""
+
+    dir: str = _opt((str,), "", required=True, doc="the dataset's folder (versions are written under it)")
+    version: str = _opt((str,), "auto", doc="'auto' = UTC timestamp")
+    compression: str = _opt((str,), "", choices=("", "none", "gzip", "zlib"))
+    write_index: bool = _opt((bool,), True)
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """``runner``: the Beam runner and its pipeline options (``configs/*.yaml``)."""
+
+    runner: str = _opt((str,), "DirectRunner")
+    options: Dict[str, Any] = _opt((dict,), factory=dict, yaml_default={})
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """A validated build config (``configs/datasets/*.yaml``). Made by :func:`load_config`
+    or :func:`validate_build_config`; immutable, so one object can go to every stage (and
+    be pickled to the workers) without a stage seeing another's edits."""
+
+    name: str = _opt((str,), "", required=True, doc="dataset name, used in shard file names")
+    description: str = _opt((str,), "")
+    input: InputConfig = _section(InputConfig, "where the rows come from: give manifest or directory")
+    key: Optional[str] = _opt(
         (str,),
         doc="column whose value decides split, shard and order (default: the whole row, media paths as the "
         "input gives them: relative to the input root or the manifest's folder)",
-    ),
-    "columns": Field((dict,), required=True, doc="column name -> encoder settings"),
-    "splits": Field((dict,), default={"train": 1.0}),
-    "dedup": Field(
+    )
+    columns: Dict[str, ColumnConfig] = _opt((dict,), factory=dict, required=True, doc="column name -> encoder settings")
+    splits: SplitsConfig = _opt((dict,), factory=SplitsConfig, yaml_default={"train": 1.0})
+    dedup: str = _opt(
         (str,),
-        default="error",
+        "error",
         choices=("error", "key", "content"),
         doc="a key seen twice in one build: error (naming both rows), or key (keep the first in the input, "
         "count the rest); content: as key, and rows whose encoded Example is byte-identical to another row's "
         "of the build are dropped too (the one whose key sorts first is kept)",
-    ),
-    "shuffle": Field((bool,), default=True, doc="rows in a shard in hash order of their key (false: in key order)"),
-    "seed": Field((int,), default=0),
-    "sharding": {
-        "num_shards": Field((int,), doc="shards per split (fixed)"),
-        "target_shard_bytes": Field((int, str), default="256MiB", doc="derive shards per split from size"),
-    },
-    "output": {
-        "dir": Field((str,), required=True),
-        "version": Field((str,), default="auto", doc="'auto' = UTC timestamp"),
-        "compression": Field((str,), default="", choices=("", "none", "gzip", "zlib")),
-        "write_index": Field((bool,), default=True),
-    },
-    "report": Field((bool,), default=False, doc="write <version>/report.html (tfrecord-io report) after publishing"),
-    "runner": {
-        "runner": Field((str,), default="DirectRunner"),
-        "options": Field((dict,), default={}),
-    },
-}
+    )
+    shuffle: bool = _opt((bool,), True, doc="rows in a shard in hash order of their key (false: in key order)")
+    seed: int = _opt((int,), 0)
+    sharding: ShardingConfig = _section(ShardingConfig, "shards per split: num_shards, or target_shard_bytes")
+    output: OutputConfig = _section(OutputConfig, "where versions are written and how")
+    report: bool = _opt((bool,), False, doc="write <version>/report.html (tfrecord-io report) after publishing")
+    runner: RunnerConfig = _section(RunnerConfig, "the Beam runner and its pipeline options")
+    # Not a YAML field: what an append or remove derives the version from (``derive.py``);
+    # it enters the fingerprint and tfrecord_io_info.json as ``_derive``.
+    derive: Optional[Dict[str, Any]] = field(default=None, metadata={"internal": "_derive"})
 
-ENCODER_NAMES = ("image", "audio", "text", "int", "float", "label", "array", "bytes")
+    @classmethod
+    def from_dict(cls, cfg: Mapping[str, Any]) -> BuildConfig:
+        """A validated mapping (``_validated_dict``, or :meth:`to_dict`'s output) -> the
+        object; no checks here: :func:`validate_build_config` is the way in for raw YAML."""
+        return _from_mapping(cls, cfg)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The mapping form, with defaults filled in (what ``tfrecord_io_info.json``
+        records as ``config`` and the fingerprint hashes)."""
+        return _to_mapping(self)
+
+    @property
+    def media_columns(self) -> List[str]:
+        """Feature columns whose encoder reads media files."""
+        return [name for name, col in self.columns.items() if col.is_media]
+
+    def column_settings(self) -> Dict[str, Dict[str, Any]]:
+        """``columns`` in mapping form (``make_encoders`` takes it)."""
+        return {name: col.settings() for name, col in self.columns.items()}
+
+    def replace(self, **changes: Any) -> BuildConfig:
+        return dataclasses.replace(self, **changes)
+
+    # Mapping-style reads, for callers written against the dict this used to be (the
+    # command-line front end, the demo, scripts): ``cfg["output"]["dir"]`` still works and
+    # returns the mapping form. Code in ``pipelines/build`` reads the attributes.
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_dict().get(key, default)
+
+
+def _fields(cls: type) -> Tuple[dataclasses.Field, ...]:
+    return dataclasses.fields(cls)
+
+
+def _from_mapping(cls: Type[T], data: Mapping[str, Any]) -> T:
+    kwargs: Dict[str, Any] = {}
+    for f in _fields(cls):
+        meta = f.metadata
+        if "internal" in meta:
+            kwargs[f.name] = copy.deepcopy(data.get(meta["internal"]))
+        elif "section" in meta:
+            kwargs[f.name] = _from_mapping(meta["section"], data.get(f.name) or {})
+        elif f.name == "columns":
+            kwargs[f.name] = {n: ColumnConfig.from_settings(s) for n, s in (data.get(f.name) or {}).items()}
+        elif f.name == "splits":
+            kwargs[f.name] = SplitsConfig(dict(data.get(f.name) or {}))
+        elif f.name in data:
+            kwargs[f.name] = copy.deepcopy(data[f.name])
+    return cls(**kwargs)
+
+
+def _to_mapping(obj: Any) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for f in _fields(type(obj)):
+        value = getattr(obj, f.name)
+        if "internal" in f.metadata:
+            if value is not None:
+                out[f.metadata["internal"]] = copy.deepcopy(value)
+        elif "section" in f.metadata:
+            out[f.name] = _to_mapping(value)
+        elif isinstance(value, SplitsConfig):
+            out[f.name] = dict(value.weights)
+        elif f.name == "columns" and isinstance(obj, BuildConfig):
+            out[f.name] = obj.column_settings()
+        else:
+            out[f.name] = copy.deepcopy(value)
+    return out
+
+
+def _schema_of(cls: type) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for f in _fields(cls):
+        if "section" in f.metadata:
+            out[f.name] = _schema_of(f.metadata["section"])
+        elif "field" in f.metadata:
+            out[f.name] = f.metadata["field"]
+    return out
+
+
+# Top-level schema; nested mappings are checked by their own schemas. Generated from the
+# dataclasses above (their fields' metadata), as is json_schema().
+SCHEMA: Dict[str, Any] = _schema_of(BuildConfig)
 
 
 def _type_name(types: tuple) -> str:
@@ -152,21 +370,27 @@ def parse_size(value: Any, field: str = "size") -> int:
         raise ConfigError(f"{field}: cannot read {value!r} as a size (e.g. 64MiB, 1GB)") from None
 
 
-def validate_config(raw: Mapping[str, Any], base_dir: str = ".") -> Dict[str, Any]:
+def validate_config(raw: Mapping[str, Any], base_dir: str = ".") -> BuildConfig:
     """Check ``raw`` against the schema; returns the config with defaults filled in and
     paths resolved against ``base_dir`` (the config file's directory)."""
     return validate_build_config(raw, base_dir)
 
 
-def validate_build_config(raw: Mapping[str, Any], base_dir: str = ".", require_input: bool = True) -> Dict[str, Any]:
+def validate_build_config(raw: Mapping[str, Any], base_dir: str = ".", require_input: bool = True) -> BuildConfig:
     """:func:`validate_config`; ``require_input=False`` for ``BuildDataset``, whose rows
     come from the pipeline rather than from an ``input`` section."""
+    return BuildConfig.from_dict(_validated_dict(raw, base_dir, require_input))
+
+
+def _validated_dict(raw: Mapping[str, Any], base_dir: str, require_input: bool) -> Dict[str, Any]:
+    """The checks, on the mapping form (messages name YAML paths); raises
+    :class:`ConfigError` listing every problem found."""
     errors: List[str] = []
     cfg = _check(SCHEMA, raw, "", errors)
     inp = cfg.get("input", {})
     if require_input and bool(inp.get("manifest")) == bool(inp.get("directory")):
         errors.append("input: give exactly one of input.manifest or input.directory")
-    columns = cfg.get("columns") if isinstance(cfg.get("columns"), dict) else {}
+    columns: Dict[str, Any] = cfg["columns"] if isinstance(cfg.get("columns"), dict) else {}
     for name, col in columns.items():
         where = f"columns.{name}"
         if isinstance(col, str):
@@ -178,9 +402,9 @@ def validate_build_config(raw: Mapping[str, Any], base_dir: str = ".", require_i
         enc = col.get("encoder")
         if enc not in ENCODER_NAMES:
             errors.append(f"{where}.encoder: unknown encoder {enc!r} (known: {', '.join(ENCODER_NAMES)})")
-    if "columns" in raw and isinstance(cfg.get("columns"), dict) and not columns:
+    if isinstance(raw, Mapping) and "columns" in raw and isinstance(cfg.get("columns"), dict) and not columns:
         errors.append("columns: at least one column must be encoded")
-    weights = cfg.get("splits") if isinstance(cfg.get("splits"), dict) else {}
+    weights: Dict[str, Any] = cfg["splits"] if isinstance(cfg.get("splits"), dict) else {}
     bad_weight = False
     for split, w in weights.items():
         if not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0:
@@ -206,6 +430,15 @@ def validate_build_config(raw: Mapping[str, Any], base_dir: str = ".", require_i
     return cfg
 
 
+def as_build_config(config: Union[BuildConfig, Mapping[str, Any], str], require_input: bool = True) -> BuildConfig:
+    """A :class:`BuildConfig` as given, or parsed (once) from a mapping or a YAML path."""
+    if isinstance(config, BuildConfig):
+        return config
+    if isinstance(config, str):
+        return load_config(config, require_input=require_input)
+    return validate_build_config(copy.deepcopy(dict(config)), require_input=require_input)
+
+
 def set_dotted(raw: Dict[str, Any], dotted: str, value: Any) -> None:
     """Set ``raw['a']['b'] = value`` for ``dotted='a.b'``, creating mappings on the way."""
     parts = dotted.split(".")
@@ -220,7 +453,7 @@ def set_dotted(raw: Dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def parse_overrides(items: Iterable[str]) -> List[tuple]:
+def parse_overrides(items: Iterable[str]) -> List[Tuple[str, Any]]:
     """``['output.dir=/tmp/x', 'seed=3']`` -> ``[('output.dir', '/tmp/x'), ('seed', 3)]``."""
     out = []
     for item in items:
@@ -231,7 +464,9 @@ def parse_overrides(items: Iterable[str]) -> List[tuple]:
     return out
 
 
-def load_config(path: Optional[str], overrides: Iterable[tuple] = ()) -> Dict[str, Any]:
+def load_config(
+    path: Optional[str], overrides: Iterable[Tuple[str, Any]] = (), *, require_input: bool = True
+) -> BuildConfig:
     """Read a YAML config (or start empty), apply overrides, validate."""
     raw: Dict[str, Any] = {}
     base_dir = os.getcwd()
@@ -246,4 +481,156 @@ def load_config(path: Optional[str], overrides: Iterable[tuple] = ()) -> Dict[st
         base_dir = os.path.dirname(os.path.abspath(path))
     for key, value in overrides:
         set_dotted(raw, key, value)
-    return validate_config(raw, base_dir)
+    return validate_build_config(raw, base_dir, require_input=require_input)
+
+
+# --- JSON Schema -----------------------------------------------------------------------
+
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array"}
+
+
+def _json_field(spec: Field, extra: Mapping[str, Any]) -> Dict[str, Any]:
+    types = [_JSON_TYPES[t] for t in spec.types if not (t is int and float in spec.types)]
+    if not spec.required:
+        types.append("null")  # `key:` with no value means the default, as for the validator
+    out: Dict[str, Any] = {"type": types[0] if len(types) == 1 else types}
+    if spec.doc:
+        out["description"] = spec.doc
+    if spec.choices is not None:
+        out["enum"] = list(spec.choices) + ([] if spec.required else [None])
+    if not spec.required and spec.default is not None:
+        out["default"] = spec.default
+    out.update(extra)
+    return out
+
+
+def _json_object(cls: type) -> Dict[str, Any]:
+    props: Dict[str, Any] = {}
+    required: List[str] = []
+    for f in _fields(cls):
+        if "section" in f.metadata:
+            ref = {"$ref": f"#/$defs/{f.metadata['section'].__name__}"}
+            props[f.name] = {"description": f.metadata["doc"], **ref} if f.metadata["doc"] else ref
+        elif f.name == "columns":
+            props[f.name] = {"$ref": "#/$defs/Columns"}
+        elif f.name == "splits":
+            props[f.name] = {"$ref": "#/$defs/Splits"}
+        elif "field" in f.metadata:
+            props[f.name] = _json_field(f.metadata["field"], f.metadata.get("json") or {})
+        else:
+            continue
+        if "field" in f.metadata and f.metadata["field"].required:
+            required.append(f.name)
+    out: Dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        out["required"] = required
+    out["additionalProperties"] = False
+    return out
+
+
+def _json_default(value: Any) -> Optional[Any]:
+    """A parameter default JSON can hold, or None (then the schema names none)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return None
+
+
+def _encoder_params(name: str) -> List[Tuple[str, Any]]:
+    from tfrecord_io.pipelines.build.encoders_config import encoder_class
+
+    params = inspect.signature(encoder_class(name)).parameters
+    return [(p, params[p].default) for p in params]
+
+
+def _json_column(name: str) -> Dict[str, Any]:
+    props: Dict[str, Any] = {
+        "encoder": {"const": name},
+        "column": {"type": ["string", "null"], "description": "input column to read (default: the feature's name)"},
+    }
+    for param, default in _encoder_params(name):
+        spec: Dict[str, Any] = {}
+        if param == "vocabulary" and name == "label":
+            spec["description"] = "the labels in id order, or auto: the sorted distinct values of the column"
+        value = _json_default(default)
+        if value is not None:
+            spec["default"] = value
+        props[param] = spec
+    return {
+        "type": "object",
+        "description": f"the {name} encoder; its parameters are those of tfrecord_io.transforms.{_class_name(name)}",
+        "properties": props,
+        "required": ["encoder"],
+        "additionalProperties": False,
+    }
+
+
+def _class_name(encoder: str) -> str:
+    from tfrecord_io.pipelines.build.encoders_config import encoder_class
+
+    return encoder_class(encoder).__name__
+
+
+def json_schema() -> Dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a build config YAML, generated from
+    :class:`BuildConfig`'s fields and the encoders' signatures. It checks what a file can
+    be checked for alone (names, types, choices); the checks that need the encoders'
+    values or the input (a quality out of range, a missing column) stay with
+    :func:`load_config`."""
+    defs: Dict[str, Any] = {
+        cls.__name__: _json_object(cls)
+        for cls in (InputConfig, ShardingConfig, OutputConfig, RunnerConfig)  # the sections
+    }
+    defs["InputConfig"]["oneOf"] = [{"required": ["manifest"]}, {"required": ["directory"]}]
+    defs["Splits"] = {
+        "type": ["object", "null"],
+        "description": "split name -> weight (its share of the rows)",
+        "additionalProperties": {"type": "number", "minimum": 0},
+        "default": {"train": 1.0},
+    }
+    defs["Columns"] = {
+        "type": "object",
+        "description": "feature name -> encoder settings ({encoder: NAME, column: INPUT_COLUMN, **parameters}), "
+        "or just the encoder's name",
+        "minProperties": 1,
+        "additionalProperties": {
+            "anyOf": [{"enum": list(ENCODER_NAMES)}] + [{"$ref": f"#/$defs/column.{n}"} for n in ENCODER_NAMES]
+        },
+    }
+    for name in ENCODER_NAMES:
+        defs[f"column.{name}"] = _json_column(name)
+    top = _json_object(BuildConfig)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "tfrecord-io build config",
+        "description": "A dataset build: tfrecord-io build CONFIG.yaml (docs/jobs.md)",
+        **top,
+        "$defs": defs,
+    }
+
+
+def json_schema_text() -> str:
+    """:func:`json_schema` as the shipped file holds it."""
+    return json.dumps(json_schema(), indent=2) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tfrecord_io.pipelines.build.config", description="The build config's JSON Schema."
+    )
+    parser.add_argument("--schema", action="store_true", help=f"(re)write {os.path.basename(SCHEMA_FILE)}")
+    parser.add_argument("--print", action="store_true", help="print the schema instead")
+    args = parser.parse_args(argv)
+    if args.print:
+        sys.stdout.write(json_schema_text())
+        return 0
+    if args.schema:
+        with open(SCHEMA_FILE, "w", encoding="utf-8") as f:
+            f.write(json_schema_text())
+        print(f"wrote {SCHEMA_FILE}")
+        return 0
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

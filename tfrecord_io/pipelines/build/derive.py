@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, cast
 
 import apache_beam as beam
 import numpy as np
@@ -46,6 +46,7 @@ from tfrecord_io import files
 from tfrecord_io.index import build_index, index_path_for, load_index
 from tfrecord_io.key_index import KeyIndexReader, KeyIndexWriter, key_index_name
 from tfrecord_io.pipelines.build import commit
+from tfrecord_io.pipelines.build.config import BuildConfig, ColumnConfig
 from tfrecord_io.pipelines.build.content_dedup import DropIdenticalAppended
 from tfrecord_io.pipelines.build.plan import SUMMARY_TAG, ClaimVersion, MergeSummaries, PrepareRows
 from tfrecord_io.pipelines.build.rows import pack, row_key, unpack
@@ -92,18 +93,19 @@ def check_compatible(spec: BuildSpec, base: Dict[str, Any]) -> List[str]:
     changes: List[str] = []
     if base.get("name") != spec.name:
         changes.append(f"name: {base.get('name')!r} -> {spec.name!r}")
+    now = spec.config_dict()
     for field in ("key", "seed", "shuffle"):
-        if old.get(field) != spec.config.get(field):
-            changes.append(f"{field}: {old.get(field)!r} -> {spec.config.get(field)!r}")
+        if old.get(field) != now.get(field):
+            changes.append(f"{field}: {old.get(field)!r} -> {now.get(field)!r}")
     placement = base.get("placement") or {}
     cutoffs = [[n, c] for n, c in spec.cutoffs]
     if placement.get("cutoffs") != cutoffs:
-        changes.append(f"splits: {old.get('splits')!r} -> {spec.config.get('splits')!r}")
+        changes.append(f"splits: {old.get('splits')!r} -> {now.get('splits')!r}")
     if str(base.get("compression") or "") != spec.compression:
         changes.append(f"output.compression: {base.get('compression')!r} -> {spec.compression!r}")
     auto = set(spec.vocab_sources)
     before = _columns_for_compare(old.get("columns") or {}, auto)
-    after = _columns_for_compare(spec.config["columns"], auto)
+    after = _columns_for_compare(now["columns"], auto)
     for name in sorted(set(before) | set(after)):
         if before.get(name) != after.get(name):
             changes.append(f"columns.{name}: {before.get(name)!r} -> {after.get(name)!r}")
@@ -219,7 +221,8 @@ class ClassifyRows(beam.DoFn):
             elif self._on_existing == "error":
                 raise KeyExistsError(
                     f"key {key[:200]!r} (row at {row.get('_row')}) is already in the base version (split {split}); "
-                    "set on_existing: skip or replace (--set on_existing=replace) to append anyway"
+                    # a flag of the command, not a config field (--set on_existing=... is refused as unknown)
+                    "give --on-existing skip or --on-existing replace to append anyway"
                 )
             else:
                 keep.append(item)
@@ -255,7 +258,7 @@ class FindKeys(beam.DoFn):
 def new_shard_counts(spec: BuildSpec, summary: Dict[str, Any]) -> Dict[str, int]:
     """New shards per split for the appended rows: by ``target_shard_bytes`` of their
     estimated size (at least one where rows arrive; none for a split without new rows)."""
-    target = int(spec.config["sharding"]["target_shard_bytes"])
+    target = int(spec.config.sharding.target_shard_bytes)
     return {s: (max(1, math.ceil(b / target)) if b else 0) for s, b in (summary.get("bytes") or {}).items()}
 
 
@@ -377,7 +380,9 @@ def merge_key_index(
                 shards = blk.shards.astype(np.int64)
                 offsets = blk.offsets.astype(np.int64)
                 keep = np.ones(len(blk), dtype=bool)
-                for shard in set(shards.tolist()) & set(moved):
+                # numpy's stubs type tolist() of an array by its element (int); it is a list
+                shard_ids = cast(List[int], shards.tolist())
+                for shard in set(shard_ids) & set(moved):
                     table = moved[shard]
                     for i in np.flatnonzero(shards == shard).tolist():
                         new = table.get(int(offsets[i]))
@@ -660,16 +665,13 @@ class _ClaimDerived(ClaimVersion):
         yield {**dataset_dir.claim_for_run(spec.version_dir, spec.run_id, fp), "fingerprint": fp}
 
 
-def derived_config(cfg: Dict[str, Any], base: Dict[str, Any], operation: str, extra: Dict[str, Any]) -> Dict[str, Any]:
+def derived_config(cfg: BuildConfig, base: Dict[str, Any], operation: str, extra: Dict[str, Any]) -> BuildConfig:
     """The config a derived version is written with: the base's columns (vocabularies as
     the base found them: new values are rejected, not given new ids) and what the run is
     (base, operation, keys file), which enters its fingerprint."""
-    import copy
-
-    out = copy.deepcopy(cfg)
-    out["columns"] = copy.deepcopy((base.get("config") or {}).get("columns") or cfg["columns"])
-    out["_derive"] = {"base": base.get("version"), "operation": operation, **extra}
-    return out
+    base_columns = (base.get("config") or {}).get("columns")
+    columns = {n: ColumnConfig.from_settings(s) for n, s in base_columns.items()} if base_columns else cfg.columns
+    return cfg.replace(columns=columns, derive={"base": base.get("version"), "operation": operation, **extra})
 
 
 def summary_lines(info: Dict[str, Any]) -> List[str]:

@@ -7,12 +7,13 @@ changes what decides the records (``derive.check_compatible``)."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Union
 
 import apache_beam as beam
 
 from tfrecord_io import files
 from tfrecord_io.pipelines.build import derive, manifest
+from tfrecord_io.pipelines.build.config import BuildConfig, as_build_config
 from tfrecord_io.pipelines.build.job import BuildSummary, claim_version, left_after_failure
 from tfrecord_io.pipelines.build.spec import BuildSpec
 from tfrecord_io.pipelines.runtime import dataset_dir
@@ -20,7 +21,7 @@ from tfrecord_io.pipelines.runtime.progress import ProgressPrinter
 
 
 def run_derive(
-    cfg: Dict[str, Any],
+    cfg: Union[BuildConfig, Mapping[str, Any]],
     options,
     *,
     append: bool = False,
@@ -40,8 +41,9 @@ def run_derive(
     if on_existing not in derive.ON_EXISTING:
         raise dataset_dir.DatasetDirError(f"on_existing: {on_existing!r} is not one of {', '.join(derive.ON_EXISTING)}")
     started = time.monotonic()
+    cfg = as_build_config(cfg)
     FileSystems.set_options(options)
-    out_dir = cfg["output"]["dir"].rstrip("/") or "/"
+    out_dir = cfg.output.dir.rstrip("/") or "/"
     dataset_dir.check_reachable(out_dir)
     base_name, base = derive.base_version(out_dir)
     operation = "append" if append else "remove"
@@ -56,13 +58,13 @@ def run_derive(
                 f"cannot append to version {base_name}: the config changes what decides the records "
                 f"({'; '.join(changes)}); run a full build (without --append) for that"
             )
-        spec.base_dir = manifest.input_base_dir(cfg["input"])
-        manifest.check_input(cfg["input"], sorted(set(spec.sources.values())), cfg.get("key"))
+        spec.base_dir = manifest.input_base_dir(cfg.input)
+        manifest.check_input(cfg.input, sorted(set(spec.sources.values())), cfg.key)
     base_claim = derive.claim_base(out_dir, base_name)
     claim: Optional[dataset_dir.BuildClaim] = None
     claimed: Dict[str, Any] = {}
     try:
-        claimed, claim = claim_version(out_dir, cfg["output"]["version"], log)
+        claimed, claim = claim_version(out_dir, cfg.output.version, log)
         if claim is None:
             raise dataset_dir.DatasetDirError(
                 f"version {claimed['version']} of {out_dir} is already published: choose another --version"
@@ -76,7 +78,7 @@ def run_derive(
         bar = ProgressPrinter("build", enabled=progress, rate_stage="encoded", options=options, output_dir=out_dir)
         with bar:
             with beam.Pipeline(runner=runner, options=run_options) as p:
-                rows = p | "ReadInput" >> manifest.input_source(cfg["input"]) if append else None
+                rows = p | "ReadInput" >> manifest.input_source(cfg.input) if append else None
                 keys = p | "ReadKeys" >> derive.keys_lines(remove) if remove else None
                 _ = p | operation.capitalize() >> derive.DeriveVersion(
                     spec, base_name, base, on_existing, bar.dir, rows=rows, key_lines=keys
@@ -99,7 +101,7 @@ def run_derive(
     info = dataset_dir.load_info(version_dir)
     if info is None:
         raise RuntimeError(f"the {operation} pipeline finished but {version_dir} has no {dataset_dir.INFO_NAME}")
-    if cfg.get("report"):
+    if cfg.report:
         from tfrecord_io.pipelines.report.job import write_build_report
 
         log("\n".join(write_build_report(version_dir, options, progress=progress).lines()))

@@ -3,39 +3,46 @@
 ``columns: {image: {encoder: image, reencode: jpeg, quality: 90}}`` becomes
 ``{"image": Image(reencode="jpeg", quality=90)}``; a parameter the encoder does not
 take, or a bad value, is a ``ConfigError`` naming ``columns.<name>.<field>``.
+
+The ``{encoder: <name>}`` names are those of ``tfrecord_io.transforms.config``
+(``ENCODERS_BY_NAME``), the one registry; ``spec_from_config`` takes the same form.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Union
 
-from tfrecord_io.pipelines.build.config import ENCODER_NAMES, ConfigError
+from tfrecord_io.pipelines.build.config import ENCODER_NAMES, MEDIA_ENCODERS, ColumnConfig, ConfigError
 
-
-def _registry() -> Dict[str, Any]:
-    """The job config's encoder names (``config.ENCODER_NAMES``, lower case) -> classes
-    of ``tfrecord_io.transforms.config.ENCODERS``, the one registry (keyed by class name). A job
-    config takes the encoders of one value per row; the sequence encoders (``Steps``,
-    ``AudioFrames``) are for ``spec_from_config``."""
-    from tfrecord_io.transforms.config import ENCODERS
-
-    by_name = {cls_name.lower(): cls for cls_name, cls in ENCODERS.items()}
-    return {name: by_name[name] for name in ENCODER_NAMES}
+__all__ = ["MEDIA_ENCODERS", "encoder_class", "make_encoders", "media_columns"]
 
 
-# Columns whose values are paths to media files (resolved against the manifest's folder).
-MEDIA_ENCODERS = ("image", "audio")
+def encoder_class(name: str) -> type:
+    """The encoder class of a job config's encoder name (``config.ENCODER_NAMES``). A job
+    config takes the encoders of one value per row; the sequence encoders (``steps``,
+    ``audio_frames``) are for ``spec_from_config``."""
+    from tfrecord_io.transforms.config import ENCODERS_BY_NAME
+
+    if name not in ENCODER_NAMES:
+        raise KeyError(name)
+    return ENCODERS_BY_NAME[name]
 
 
-def make_encoders(columns: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
-    registry = _registry()
+def _settings(column: Union[ColumnConfig, Mapping[str, Any]]) -> Mapping[str, Any]:
+    return column.settings() if isinstance(column, ColumnConfig) else column
+
+
+def make_encoders(columns: Mapping[str, Union[ColumnConfig, Mapping[str, Any]]]) -> Dict[str, Any]:
+    """``{feature: column config}`` (``BuildConfig.columns``, or their mapping form) ->
+    ``{feature: encoder}``; every bad column is named in one ``ConfigError``."""
     out: Dict[str, Any] = {}
     errors: List[str] = []
-    for name, settings in columns.items():
+    for name, column in columns.items():
+        settings = _settings(column)
         params = {k: v for k, v in settings.items() if k not in ("encoder", "column")}
-        cls = registry[settings["encoder"]]
-        accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
+        cls = encoder_class(settings["encoder"])
+        accepted = set(inspect.signature(cls).parameters)
         unknown = sorted(set(params) - accepted)
         if unknown:
             errors.append(
@@ -52,5 +59,6 @@ def make_encoders(columns: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
     return out
 
 
-def media_columns(columns: Mapping[str, Mapping[str, Any]]) -> List[str]:
-    return [name for name, s in columns.items() if s["encoder"] in MEDIA_ENCODERS]
+def media_columns(columns: Mapping[str, Union[ColumnConfig, Mapping[str, Any]]]) -> List[str]:
+    """The features whose encoder reads media files (paths resolved against a base)."""
+    return [name for name, c in columns.items() if _settings(c)["encoder"] in MEDIA_ENCODERS]

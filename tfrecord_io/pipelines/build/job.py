@@ -40,10 +40,11 @@ and exits 0 without rewriting; with another fingerprint it is refused (exit 2).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import apache_beam as beam
 
@@ -51,6 +52,7 @@ from tfrecord_io import files
 from tfrecord_io._version import __version__
 from tfrecord_io.pipelines.build import manifest
 from tfrecord_io.pipelines.build.commit import REJECTED_NAME
+from tfrecord_io.pipelines.build.config import BuildConfig, as_build_config
 from tfrecord_io.pipelines.build.spec import BuildSpec
 from tfrecord_io.pipelines.build.transform import BuildDataset
 from tfrecord_io.pipelines.build.write import dataset_shard_name  # noqa: F401 - re-exported for the jobs
@@ -117,14 +119,14 @@ class BuildSummary:
         )
 
 
-def check_build(cfg: Dict[str, Any]) -> BuildSpec:
+def check_build(cfg: BuildConfig) -> BuildSpec:
     """Everything checked before anything is written: output reachable and holding no
     other dataset, encoders, the input there (cheap checks only, see ``manifest``).
     Returns the spec with a placeholder version (the claim decides it)."""
-    out_dir = cfg["output"]["dir"].rstrip("/") or "/"
+    out_dir = cfg.output.dir.rstrip("/") or "/"
     dataset_dir.check_reachable(out_dir)
-    spec = BuildSpec(cfg, out_dir, version="", run_id="", base_dir=manifest.input_base_dir(cfg["input"]))
-    manifest.check_input(cfg["input"], sorted(set(spec.sources.values())), cfg.get("key"))
+    spec = BuildSpec(cfg, out_dir, version="", run_id="", base_dir=manifest.input_base_dir(cfg.input))
+    manifest.check_input(cfg.input, sorted(set(spec.sources.values())), cfg.key)
     dataset_dir.check_output_dir(out_dir, spec.name, spec.feature_spec())
     return spec
 
@@ -150,22 +152,32 @@ def claim_version(out_dir: str, requested: str, log) -> Tuple[Dict[str, Any], Op
 
 
 def build_pipeline(
-    p: beam.Pipeline, cfg: Dict[str, Any], version: str, run_id: str, progress_dir: Optional[str] = None
+    p: beam.Pipeline,
+    cfg: Union[BuildConfig, BuildSpec],
+    version: str,
+    run_id: str,
+    progress_dir: Optional[str] = None,
 ) -> Tuple[BuildDataset, Any]:
-    """``read the input | BuildDataset`` on ``p``: the ``tfrecord-io build`` job."""
-    build = BuildDataset(
-        cfg,
-        manifest.input_base_dir(cfg["input"]),
-        version=version,
-        batched=True,
-        run_id=run_id,
-        progress_dir=progress_dir,
-    )
-    return build, p | "ReadInput" >> manifest.input_source(cfg["input"]) | "BuildDataset" >> build
+    """``read the input | BuildDataset`` on ``p``: the ``tfrecord-io build`` job. Given the
+    spec ``check_build`` made, the encoders are not made again."""
+    if isinstance(cfg, BuildSpec):
+        spec = dataclasses.replace(cfg, version=dataset_dir.new_version_name(version), run_id=run_id)
+        build = BuildDataset.from_spec(spec, batched=True, progress_dir=progress_dir)
+    else:
+        build = BuildDataset(
+            cfg,
+            manifest.input_base_dir(cfg.input),
+            version=version,
+            batched=True,
+            run_id=run_id,
+            progress_dir=progress_dir,
+        )
+    config = build.spec.config
+    return build, p | "ReadInput" >> manifest.input_source(config.input) | "BuildDataset" >> build
 
 
 def run_build(
-    cfg: Dict[str, Any],
+    cfg: Union[BuildConfig, Mapping[str, Any]],
     options,
     progress: bool = True,
     log=print,
@@ -178,10 +190,12 @@ def run_build(
     ``on_version`` is told the version's name as soon as this run owns it, so a caller
     can say what a failure left there (the CLI's failure block). ``workers``: local
     workers forked before planning (``local_workers.ForkedWorkers``, the CLI's), else
-    the runner starts its own."""
+    the runner starts its own. ``cfg``: what ``load_config`` returns (a mapping is
+    validated first, for callers that build the config in code)."""
     from apache_beam.io.filesystems import FileSystems
 
     started = time.monotonic()
+    cfg = as_build_config(cfg)
     FileSystems.set_options(options)  # the launcher checks and claims remote paths too
     spec = check_build(cfg)
     out_dir = spec.out_dir
@@ -191,7 +205,7 @@ def run_build(
         # The claim is inside the ``try``: a signal that lands between the claim and the
         # pipeline (SIGTERM unwinds the launcher with ``Terminated``) still removes it. A
         # claim cut short takes itself back (``BuildClaim.acquire``).
-        claimed, claim = claim_version(out_dir, cfg["output"]["version"], log)
+        claimed, claim = claim_version(out_dir, cfg.output.version, log)
         version = claimed["version"]
         if on_version is not None and claim is not None:
             on_version(version)
@@ -201,7 +215,7 @@ def run_build(
         else:
             log(f"building {spec.name!r} -> {version_dir}")
         run_id = claim.run_id if claim is not None else dataset_dir.new_run_id()
-        _run_pipeline(cfg, version, run_id, options, progress, workers)
+        _run_pipeline(spec, version, run_id, options, progress, workers)
     except BaseException as err:
         if claim is None:
             # no claim: it failed (nothing of this run's is left), or the version is a
@@ -226,7 +240,7 @@ def run_build(
     info = dataset_dir.load_info(version_dir)
     if info is None:
         raise RuntimeError(f"the build pipeline finished but {version_dir} has no {dataset_dir.INFO_NAME}")
-    if cfg.get("report") and not was_published:
+    if cfg.report and not was_published:
         # the dataset is published; the page is a by-product (tfrecord_io/pipelines/report/job.py)
         from tfrecord_io.pipelines.report.job import write_build_report
 
@@ -268,7 +282,7 @@ def left_after_failure(out_dir: str, version: str, run_id: str) -> str:
         )
 
 
-def _run_pipeline(cfg: Dict[str, Any], version: str, run_id: str, options, progress: bool, workers=None) -> None:
+def _run_pipeline(spec: BuildSpec, version: str, run_id: str, options, progress: bool, workers=None) -> None:
     runner, run_options = None, options
     if workers is not None:
         runner, run_options = workers.pipeline_runner(options)
@@ -276,12 +290,12 @@ def _run_pipeline(cfg: Dict[str, Any], version: str, run_id: str, options, progr
         # progress where the job's workers write it: locally for local workers, else under
         # --temp_location or hidden in the output directory (runtime/progress.py)
         bar = ProgressPrinter(
-            "build", enabled=progress, rate_stage="encoded", options=options, output_dir=cfg["output"]["dir"]
+            "build", enabled=progress, rate_stage="encoded", options=options, output_dir=spec.config.output.dir
         )
         with bar:
             noted = worker_core.workers_install_the_package(run_options)
             with beam.Pipeline(runner=runner, options=run_options) as p:
-                build_pipeline(p, cfg, version, run_id, bar.dir)
+                build_pipeline(p, spec, version, run_id, bar.dir)
                 if noted:
                     _ = p | "WorkerCore" >> worker_core.NoteWorkerCore()
         line = worker_core.core_line(p.result) if noted else None

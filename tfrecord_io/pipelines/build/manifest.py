@@ -27,6 +27,7 @@ import apache_beam as beam
 
 from tfrecord_io import files
 from tfrecord_io.errors import StorageAccessError
+from tfrecord_io.pipelines.build.config import InputConfig
 from tfrecord_io.pipelines.build.rows import pack, unpack
 from tfrecord_io.pipelines.runtime.errors import UsageError
 
@@ -570,43 +571,41 @@ class ListDirectory(beam.PTransform):
         )
 
 
-def input_source(input_cfg: Dict[str, Any]) -> beam.PTransform:
+def _directory(input_cfg: InputConfig) -> str:
+    if not input_cfg.directory:  # validate_build_config requires one of the two
+        raise InputError("input: give exactly one of input.manifest or input.directory")
+    return input_cfg.directory
+
+
+def input_source(input_cfg: InputConfig) -> beam.PTransform:
     """The reading transform for a config's ``input`` section."""
-    if input_cfg.get("manifest"):
-        return ReadManifest(
-            input_cfg["manifest"],
-            input_cfg.get("format", "auto"),
-            multiline_values=input_cfg.get("multiline_values", "auto"),
-        )
-    return ListDirectory(
-        input_cfg["directory"],
-        input_cfg.get("glob", "*"),
-        input_cfg.get("path_column", "path"),
-        input_cfg.get("label_column", "label"),
-    )
+    if input_cfg.manifest:
+        return ReadManifest(input_cfg.manifest, input_cfg.format, multiline_values=input_cfg.multiline_values)
+    return ListDirectory(_directory(input_cfg), input_cfg.glob, input_cfg.path_column, input_cfg.label_column)
 
 
-def input_base_dir(input_cfg: Dict[str, Any]) -> str:
+def input_base_dir(input_cfg: InputConfig) -> str:
     """What relative media paths of this input are relative to."""
-    if input_cfg.get("manifest"):
-        return manifest_base(input_cfg["manifest"])
-    root = input_cfg["directory"]
+    if input_cfg.manifest:
+        return manifest_base(input_cfg.manifest)
+    root = _directory(input_cfg)
     return root.rstrip("/") if files.is_remote(root) else os.path.normpath(root)
 
 
-def check_input(input_cfg: Dict[str, Any], needed: Iterable[str], key_column: Optional[str]) -> None:
+def check_input(input_cfg: InputConfig, needed: Iterable[str], key_column: Optional[str]) -> None:
     """The launcher's cheap checks of the input (see the module docstring)."""
-    if input_cfg.get("manifest"):
+    if input_cfg.manifest:
         wanted = list(needed) + ([key_column] if key_column else [])
-        check_manifest(input_cfg["manifest"], input_cfg.get("format", "auto"), sorted(set(wanted)))
+        check_manifest(input_cfg.manifest, input_cfg.format, sorted(set(wanted)))
         return
-    check_directory(input_cfg["directory"], input_cfg.get("glob", "*"))
-    path_column, label_column = input_cfg.get("path_column", "path"), input_cfg.get("label_column", "label")
+    directory = _directory(input_cfg)
+    check_directory(directory, input_cfg.glob)
+    path_column, label_column = input_cfg.path_column, input_cfg.label_column
     missing = [c for c in needed if c not in (path_column, label_column)]
     if key_column and key_column not in (path_column, label_column):
         missing.append(key_column)
     if missing:
         raise InputError(
-            f"directory {input_cfg['directory']}: column(s) {', '.join(sorted(set(missing)))} not found "
+            f"directory {directory}: column(s) {', '.join(sorted(set(missing)))} not found "
             f"(it has: {label_column}, {path_column})"
         )

@@ -83,8 +83,8 @@ class MergeSummaries(beam.CombineFn):
 
 
 def shard_counts(spec: BuildSpec, summary: Dict[str, Any]) -> Dict[str, int]:
-    sharding = spec.config["sharding"]
-    return placement.shard_counts(summary["bytes"], sharding.get("num_shards"), sharding["target_shard_bytes"])
+    sharding = spec.config.sharding
+    return placement.shard_counts(summary["bytes"], sharding.num_shards, sharding.target_shard_bytes)
 
 
 class PlaceInShards(beam.DoFn):

@@ -247,7 +247,7 @@ def prepare_batch(
     layouts: Dict[Tuple[str, ...], _Layout] = {}
     sha256 = hashlib.sha256
     from_bytes = int.from_bytes
-    for row, paths in zip(rows, resolved):
+    for row, row_paths in zip(rows, resolved):
         listed = row.get("_stat")
         if listed is not None:  # a copy without it: a stage must not change its input elements
             row = {k: v for k, v in row.items() if k != "_stat"}
@@ -258,11 +258,12 @@ def prepare_batch(
         # [size, mtime] (or None) of each media column's file, from the stat or the listing
         stats: List[Any] = []
         for i, col in enumerate(media):
-            if paths is None:
+            if row_paths is None:
+                assert listed is not None  # unresolved: the row came with its "_stat"
                 value = row.get(col)
                 stats.append(listed[i] if isinstance(value, str) and value else None)
             else:
-                path = paths[i]
+                path = row_paths[i]
                 stats.append(stat_of.get(path) if path is not None else None)
         key = row_key(row, key_column)
         split, shard_hash, order = placement.place(key, cutoffs, seed)

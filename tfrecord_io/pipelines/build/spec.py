@@ -10,15 +10,19 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from tfrecord_io import files
 from tfrecord_io.pipelines.build import placement
-from tfrecord_io.pipelines.build.encoders_config import make_encoders, media_columns
+from tfrecord_io.pipelines.build.config import BuildConfig
+from tfrecord_io.pipelines.build.encoders_config import make_encoders
 
 
 @dataclass
 class BuildSpec:
     """Everything the stages of :class:`~tfrecord_io.pipelines.build.transform.BuildDataset`
-    read: where the version goes, how rows are placed, how columns are encoded."""
+    read: where the version goes, how rows are placed, how columns are encoded.
 
-    config: Dict[str, Any]  # validated (config.validate_config), as given
+    ``config`` is the validated :class:`BuildConfig` (frozen: every stage sees the same);
+    ``version`` and ``run_id`` are filled in once the launcher has claimed a version."""
+
+    config: BuildConfig
     out_dir: str
     version: str
     run_id: str
@@ -33,14 +37,14 @@ class BuildSpec:
     def __post_init__(self) -> None:
         cfg = self.config
         self.out_dir = self.out_dir.rstrip("/") or "/"
-        self.name = cfg["name"]
-        self.sources = {name: s.get("column") or name for name, s in cfg["columns"].items()}
-        self.media_sources = [self.sources[c] for c in media_columns(cfg["columns"])]
+        self.name = cfg.name
+        self.sources = {name: col.column or name for name, col in cfg.columns.items()}
+        self.media_sources = [self.sources[c] for c in cfg.media_columns]
         self.vocab_sources = {
-            name: self.sources[name] for name, s in cfg["columns"].items() if s.get("vocabulary") == "auto"
+            name: self.sources[name] for name, col in cfg.columns.items() if col.params.get("vocabulary") == "auto"
         }
-        self.cutoffs = placement.split_cutoffs({k: v for k, v in cfg["splits"].items() if v > 0})
-        self.compression = files.normalize_compression(cfg["output"]["compression"] or None)
+        self.cutoffs = placement.split_cutoffs(cfg.splits.active())
+        self.compression = files.normalize_compression(cfg.output.compression or None)
 
     @property
     def version_dir(self) -> str:
@@ -48,30 +52,31 @@ class BuildSpec:
 
     @property
     def key_column(self) -> Optional[str]:
-        return self.config.get("key")
+        return self.config.key
 
     @property
     def seed(self) -> int:
-        return int(self.config["seed"])
+        return int(self.config.seed)
 
     @property
     def shuffle(self) -> bool:
-        return bool(self.config.get("shuffle", True))
+        return bool(self.config.shuffle)
 
     @property
     def dedup(self) -> str:
         """What a key seen twice does: ``error`` (the default) or ``key``
         (``pipelines.build.dedup``)."""
-        return str(self.config.get("dedup") or "error")
+        return str(self.config.dedup or "error")
 
     @property
     def write_index(self) -> bool:
-        return bool(self.config["output"]["write_index"]) and not self.compression
+        return bool(self.config.output.write_index) and not self.compression
 
     def columns(self, vocab: Optional[Dict[str, List[str]]] = None) -> Dict[str, Dict[str, Any]]:
-        """The config's columns with ``vocabulary: auto`` replaced by the values found
-        (the sorted distinct values of the column: the same ids on every rerun)."""
-        columns = copy.deepcopy(self.config["columns"])
+        """The config's columns (mapping form) with ``vocabulary: auto`` replaced by the
+        values found (the sorted distinct values of the column: the same ids on every
+        rerun)."""
+        columns = self.config.column_settings()
         for name in self.vocab_sources:
             columns[name]["vocabulary"] = list((vocab or {}).get(name, []))
         return columns
@@ -84,9 +89,13 @@ class BuildSpec:
 
         return {s.key: s.to_dict() for s in check_spec(self.encoders(vocab))}
 
+    def config_dict(self) -> Dict[str, Any]:
+        """The config in mapping form (``tfrecord_io_info.json``'s ``config``)."""
+        return self.config.to_dict()
+
     def fingerprint_settings(self) -> Dict[str, Any]:
         """The config without where it is written and which runner runs it."""
-        settings = copy.deepcopy(self.config)
+        settings = copy.deepcopy(self.config_dict())
         settings.pop("runner", None)
         settings.get("output", {}).pop("version", None)
         settings.get("output", {}).pop("dir", None)

@@ -24,12 +24,14 @@ relative to ``base_dir``), not from where the files are.
 
 from __future__ import annotations
 
-import copy
-from typing import Any, Mapping, Optional
+import dataclasses
+import os
+from typing import Any, Mapping, Optional, Union
 
 import apache_beam as beam
 
 from tfrecord_io.pipelines.build import commit
+from tfrecord_io.pipelines.build.config import BuildConfig, as_build_config
 from tfrecord_io.pipelines.build.content_dedup import DropIdentical
 from tfrecord_io.pipelines.build.key_index_stage import MergeKeyIndex
 from tfrecord_io.pipelines.build.plan import (
@@ -61,8 +63,10 @@ class BuildDataset(beam.PTransform):
     """Build a versioned TFRecord dataset from a PCollection of rows.
 
     ``config`` is a build config as in ``configs/datasets/*.yaml`` (``name``,
-    ``columns``, ``splits``, ``key``, ``seed``, ``shuffle``, ``sharding``, ``output``);
-    its ``input`` and ``runner`` sections are not used here. Rows are dicts column ->
+    ``columns``, ``splits``, ``key``, ``seed``, ``shuffle``, ``sharding``, ``output``):
+    a :class:`~tfrecord_io.pipelines.build.config.BuildConfig` (``load_config``), or a
+    mapping or a YAML file's path, validated here once; its ``input`` and ``runner``
+    sections are not used here. Rows are dicts column ->
     value; media columns (``image``, ``audio`` encoders) hold bytes or paths, relative
     ones resolved against ``base_dir``. Keep paths relative where you can: a row's key
     (its ``key`` column, or the whole row) decides its split, shard and position, so
@@ -81,7 +85,7 @@ class BuildDataset(beam.PTransform):
 
     def __init__(
         self,
-        config: Mapping[str, Any],
+        config: Union[BuildConfig, Mapping[str, Any], str],
         base_dir: Optional[str] = None,
         *,
         output_dir: Optional[str] = None,
@@ -91,16 +95,18 @@ class BuildDataset(beam.PTransform):
         progress_dir: Optional[str] = None,
     ):
         super().__init__()
-        from tfrecord_io.pipelines.build.config import validate_build_config
-
-        raw = copy.deepcopy(dict(config))
+        if output_dir is not None and not isinstance(config, (BuildConfig, str)):
+            # before validation: output.dir may be the one field the mapping lacks
+            config = dict(config, output=dict(config.get("output") or {}, dir=output_dir))
+            output_dir = None
+        cfg = as_build_config(config, require_input=False)
         if output_dir is not None:
-            raw["output"] = dict(raw.get("output") or {}, dir=output_dir)
-        cfg = validate_build_config(raw, require_input=False)
-        requested = version if version is not None else cfg["output"]["version"]
+            out = output_dir if "://" in output_dir else os.path.normpath(output_dir)
+            cfg = cfg.replace(output=dataclasses.replace(cfg.output, dir=out))
+        requested = version if version is not None else cfg.output.version
         self.spec = BuildSpec(
             config=cfg,
-            out_dir=cfg["output"]["dir"],
+            out_dir=cfg.output.dir,
             version=dataset_dir.new_version_name(requested),
             run_id=run_id or dataset_dir.new_run_id(),
             base_dir=base_dir,
@@ -108,6 +114,17 @@ class BuildDataset(beam.PTransform):
         self.spec.feature_spec()  # encoder settings checked now, not in a worker
         self._batched = batched
         self._progress_dir = progress_dir
+
+    @classmethod
+    def from_spec(cls, spec: BuildSpec, *, batched: bool = False, progress_dir: Optional[str] = None) -> BuildDataset:
+        """The transform for a spec the launcher has checked already (``job.run_build``:
+        its version claimed, its encoders made): nothing is parsed or built again."""
+        self = cls.__new__(cls)
+        beam.PTransform.__init__(self)
+        self.spec = spec
+        self._batched = batched
+        self._progress_dir = progress_dir
+        return self
 
     @property
     def version(self) -> str:
