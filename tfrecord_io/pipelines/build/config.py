@@ -47,6 +47,18 @@ _NUM = (int, float)
 
 ENCODER_NAMES = ("image", "audio", "text", "int", "float", "label", "array", "bytes")
 
+
+def encoder_class(name: str) -> type:
+    """The encoder class of a job config's encoder name (``config.ENCODER_NAMES``). A job
+    config takes the encoders of one value per row; the sequence encoders (``steps``,
+    ``audio_frames``) are for ``spec_from_config``."""
+    from tfrecord_io.transforms.config import ENCODERS_BY_NAME
+
+    if name not in ENCODER_NAMES:
+        raise KeyError(name)
+    return ENCODERS_BY_NAME[name]
+
+
 # Columns whose values are paths to media files (resolved against the manifest's folder).
 MEDIA_ENCODERS = ("image", "audio")
 
@@ -536,8 +548,6 @@ def _json_default(value: Any) -> Optional[Any]:
 
 
 def _encoder_params(name: str) -> List[Tuple[str, Any]]:
-    from tfrecord_io.pipelines.build.encoders_config import encoder_class
-
     params = inspect.signature(encoder_class(name)).parameters
     return [(p, params[p].default) for p in params]
 
@@ -565,8 +575,6 @@ def _json_column(name: str) -> Dict[str, Any]:
 
 
 def _class_name(encoder: str) -> str:
-    from tfrecord_io.pipelines.build.encoders_config import encoder_class
-
     return encoder_class(encoder).__name__
 
 

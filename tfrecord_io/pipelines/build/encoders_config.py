@@ -13,20 +13,9 @@ from __future__ import annotations
 import inspect
 from typing import Any, Dict, List, Mapping, Union
 
-from tfrecord_io.pipelines.build.config import ENCODER_NAMES, MEDIA_ENCODERS, ColumnConfig, ConfigError
+from tfrecord_io.pipelines.build.config import MEDIA_ENCODERS, ColumnConfig, ConfigError, encoder_class
 
 __all__ = ["MEDIA_ENCODERS", "encoder_class", "make_encoders", "media_columns"]
-
-
-def encoder_class(name: str) -> type:
-    """The encoder class of a job config's encoder name (``config.ENCODER_NAMES``). A job
-    config takes the encoders of one value per row; the sequence encoders (``steps``,
-    ``audio_frames``) are for ``spec_from_config``."""
-    from tfrecord_io.transforms.config import ENCODERS_BY_NAME
-
-    if name not in ENCODER_NAMES:
-        raise KeyError(name)
-    return ENCODERS_BY_NAME[name]
 
 
 def _settings(column: Union[ColumnConfig, Mapping[str, Any]]) -> Mapping[str, Any]:
