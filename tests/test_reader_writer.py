@@ -390,3 +390,48 @@ def test_ranges_without_crc_checks_tile_too(tmp_path):
         got = [bytes(d) for _, d in tfio.read_records(path, 0, cut, check_crc=False)]
         got += [bytes(d) for _, d in tfio.read_records(path, cut, None, check_crc=False)]
         assert got == payloads, cut
+
+
+_FULL_DISK_CHILD = r"""
+import os, resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (32 * 1024, 32 * 1024))
+from tfrecord_io.key_index import KeyIndexWriter
+from tfrecord_io.writer import RecordWriter
+folder, kind = sys.argv[1], sys.argv[2]
+path = os.path.join(folder, "out")
+try:
+    if kind == "records":
+        with RecordWriter(path, atomic=True) as w:
+            for _ in range(20):
+                w.write_records([os.urandom(1000)] * 3)
+    else:
+        w = KeyIndexWriter(path, block_entries=64)
+        try:
+            w.add_many([b"%08d" % i for i in range(5000)], [0] * 5000, list(range(5000)), [1] * 5000, os.urandom(16) * 5000)
+            w.close()
+        except BaseException:
+            w.abort()
+            raise
+except OSError as err:
+    print(err.errno, err.filename, sorted(os.listdir(folder)))
+"""
+
+
+@pytest.mark.parametrize("kind", ["records", "key_index"])
+def test_a_write_past_the_disks_end_names_the_file_and_leaves_nothing(tmp_path, kind):
+    """A full disk (here a file-size limit: EFBIG) fails the write with an error that
+    names the file, the first error and not one from closing the half-written file
+    on the way out, and removes the temporary file."""
+    import errno
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK_CHILD, str(tmp_path), kind], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    code, name, left = proc.stdout.split(" ", 2)
+    assert int(code) == errno.EFBIG
+    assert name.startswith(str(tmp_path / "out")), proc.stdout
+    assert left.strip() == "[]", proc.stdout

@@ -508,6 +508,36 @@ def _s3_put_if_absent(path: str, data: bytes) -> Optional[bool]:
     return True if second is False else None
 
 
+def named_os_error(err: OSError, path: str) -> OSError:
+    """``err`` naming ``path`` when it names no file: a write or flush on a full disk
+    says only "No space left on device", and a failed job must say which file it was."""
+    if err.filename is not None or err.errno is None:
+        return err
+    return type(err)(err.errno, err.strerror, path)
+
+
+@contextlib.contextmanager
+def errors_named(path: str) -> Iterator[None]:
+    """Re-raise an ``OSError`` that names no file as one naming ``path``."""
+    try:
+        yield
+    except OSError as err:
+        named = named_os_error(err, path)
+        if named is err:
+            raise
+        raise named from None
+
+
+def close_quietly(f: Any) -> None:
+    """Close ``f`` on an abort path, dropping an ``OSError`` from its last flush: the
+    file is removed next, and the write that failed first is the error worth raising
+    (on a full disk, closing flushes the buffer and fails again, without a file name)."""
+    try:
+        f.close()
+    except OSError:
+        pass
+
+
 def temp_path_beside(path: str) -> str:
     """A hidden, unique temporary name in ``path``'s directory for a local file that is
     renamed over ``path`` when whole: the rename is atomic (same filesystem), and a

@@ -251,7 +251,8 @@ class KeyIndexWriter:
 
     def _write_block(self, keys: Sequence[bytes], shards, offsets, lengths, hashes: bytes) -> None:
         data = _encode_block(keys, shards, offsets, lengths, hashes)
-        self._digest.write(data)
+        with files.errors_named(self.path):
+            self._digest.write(data)
         self._blocks.append((bytes(keys[0]), self._pos, len(data), masked_crc32c(data), len(keys)))
         self._pos += len(data)
         self.entries += len(keys)
@@ -274,9 +275,10 @@ class KeyIndexWriter:
                 b"".join(firsts),
             )
         )
-        self._digest.write(footer)
-        self._digest.write(TRAILER.pack(self._pos, len(footer), masked_crc32c(footer), self.entries, MAGIC))
-        self._digest.close()
+        with files.errors_named(self.path):
+            self._digest.write(footer)
+            self._digest.write(TRAILER.pack(self._pos, len(footer), masked_crc32c(footer), self.entries, MAGIC))
+            self._digest.close()
         self.sha256 = self._digest.hexdigest()
         self.bytes = self._digest.size
         if self._atomic:
@@ -284,7 +286,7 @@ class KeyIndexWriter:
 
     def abort(self) -> None:
         try:
-            self._digest.close()
+            files.close_quietly(self._digest)
         finally:
             if self._atomic and os.path.exists(self._target):
                 os.remove(self._target)

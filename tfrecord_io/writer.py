@@ -134,11 +134,9 @@ class RecordWriter:
             raise self._named(err) from None
 
     def _named(self, err: OSError) -> OSError:
-        """``err`` naming the file being written (a full disk's ENOSPC names none), so a
+        """``err`` naming the file being written (its final path; a full disk's ENOSPC names none), so a
         failed job can say which file it was."""
-        if err.filename is not None or err.errno is None:
-            return err
-        return type(err)(err.errno, err.strerror, self._target)
+        return files.named_os_error(err, self.path)
 
     def close(self) -> None:
         """Flush and close; with ``atomic=True`` move the file into place; write the index."""
@@ -164,7 +162,7 @@ class RecordWriter:
             return
         self.closed = True
         try:
-            self._file.close()
+            files.close_quietly(self._file)
         finally:
             if os.path.exists(self._target):
                 os.unlink(self._target)

@@ -7,7 +7,8 @@ command started from a shell; each is measured in benchmarks/README.md ("Start-u
 - ``importlib.metadata.packages_distributions()`` (google-api-core, imported by Beam
   when the ``[gcp]`` extra is installed): a scan of every installed distribution's files,
   0.4-0.7 s here, made only to name the package in a Python-version ``FutureWarning``
-  (on Python 3.11 since 2026-10-24, one year before its end of life).
+  (on Python 3.11 since 2026-10-24, one year before its end of life). google-api-core
+  2.44 stopped making that scan; with it the deferral below changes nothing.
 """
 
 from __future__ import annotations
