@@ -7,8 +7,11 @@ import json
 import os
 import random
 
+import numpy as np
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tfrecord_io
 from tfrecord_io import key_index as ki
@@ -45,6 +48,59 @@ def test_key_index_round_trip_probe_and_scan(tmp_path):
         for missing in ("", "a", "k", "k0000000", "zzz", entries[10].key + "x"):
             assert reader.get(missing) is None
         assert list(reader) == entries
+
+
+_key_text = st.text(alphabet="abc\u00e9\x00", max_size=6)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    base=st.sets(_key_text, max_size=700),
+    extra=st.sets(_key_text, max_size=60),
+    drop=st.sets(st.integers(0, 699), max_size=40),
+)
+def test_columns_drop_and_merge_like_a_plain_sort(tmp_path, base, extra, drop):
+    """Carrying a key index into the next version by columns (read whole, drop some
+    entries, merge the new ones in, write by blocks) gives the file an entry-by-entry
+    writer gives for the same entries sorted: byte for byte, whatever the keys' lengths
+    (empty keys, multi-byte and NUL characters) and wherever the drops and inserts fall."""
+    base_keys = sorted(k.encode() for k in base)
+    new_keys = sorted(k.encode() for k in extra - base)
+    kept = [k for i, k in enumerate(base_keys) if i not in drop]
+
+    def entry(k, shard):
+        return ki.Entry(k.decode(), shard, len(k) * 3, len(k) + 1, ki.content_hash(k + bytes([shard])))
+
+    base_entries = [entry(k, 1) for k in base_keys]
+    src = str(tmp_path / "base.keyindex")
+    ki.write_key_index(src, base_entries)
+    with ki.KeyIndexReader(src) as reader:
+        cols = reader.columns()
+    assert [cols.key(i) for i in range(len(cols))] == base_keys
+    keep = np.array([i not in drop for i in range(len(base_keys))], dtype=bool)
+    added = [entry(k, 2) for k in reversed(new_keys)]  # out of order: sorted() puts them right
+    new_cols = ki.KeyColumns.from_entries(
+        [e.key.encode() for e in added],
+        [e.shard for e in added],
+        [e.offset for e in added],
+        [e.length for e in added],
+        b"".join(e.hash for e in added),
+    ).sorted()
+    got = str(tmp_path / "got.keyindex")
+    writer = ki.KeyIndexWriter(got, block_entries=7)
+    writer.add_columns(cols.kept(keep).merged(new_cols))
+    writer.close()
+    want = str(tmp_path / "want.keyindex")
+    expected = sorted([entry(k, 1) for k in kept] + [entry(k, 2) for k in new_keys], key=lambda e: e.key.encode())
+    ki.write_key_index(want, [])  # (an empty one is valid too)
+    plain = ki.KeyIndexWriter(want, block_entries=7)
+    plain.add_all(expected)
+    plain.close()
+    with open(got, "rb") as a, open(want, "rb") as b:
+        assert a.read() == b.read()
+    if kept and new_keys:
+        with pytest.raises(ValueError, match="given twice"):
+            cols.kept(keep).merged(ki.KeyColumns.from_entries([kept[0]], [0], [0], [0], bytes(16)))
 
 
 def test_key_index_refuses_repeated_or_unsorted_keys(tmp_path):

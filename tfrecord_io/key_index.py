@@ -79,15 +79,19 @@ def key_index_name(name: str, split: str) -> str:
 
 
 def _encode_block(keys: Sequence[bytes], shards, offsets, lengths, hashes: bytes) -> bytes:
-    n = len(keys)
-    key_offsets = np.zeros(n + 1, dtype="<u4")
-    if n:
+    key_offsets = np.zeros(len(keys) + 1, dtype="<u4")
+    if len(keys):
         np.cumsum(list(map(len, keys)), out=key_offsets[1:])
-    blob = b"".join(keys)
+    return _encode_columns(key_offsets, b"".join(keys), shards, offsets, lengths, hashes)
+
+
+def _encode_columns(key_offsets: Any, blob: bytes, shards, offsets, lengths, hashes: bytes) -> bytes:
+    """One block from its columns (``key_offsets``: n + 1 offsets into ``blob``, from 0)."""
+    n = len(key_offsets) - 1
     return b"".join(
         (
             struct.pack("<II", n, len(blob)),
-            key_offsets.tobytes(),
+            np.asarray(key_offsets, dtype="<u4").tobytes(),
             blob,
             np.asarray(shards, dtype="<u4").tobytes(),
             np.asarray(offsets, dtype="<u8").tobytes(),
@@ -152,6 +156,12 @@ class Block:
 
 
 def _decode_block(buf: Any, path: str, offset: int) -> Block:
+    koff, blob, shards, offsets, lengths, hashes = _decode_arrays(buf, path, offset)
+    return Block(blob, koff.tolist(), shards, offsets, lengths, hashes)
+
+
+def _decode_arrays(buf: Any, path: str, offset: int) -> Tuple[np.ndarray, bytes, Any, Any, Any, bytes]:
+    """A block's key offsets (n + 1), key bytes, shard, offset and length columns, hashes."""
     mv = memoryview(buf)
     try:
         n, kbytes = struct.unpack_from("<II", mv, 0)
@@ -169,7 +179,153 @@ def _decode_block(buf: Any, path: str, offset: int) -> Block:
         hashes = bytes(mv[pos : pos + HASH_BYTES * n])
     except (struct.error, ValueError) as err:
         raise KeyIndexError(f"corrupt key index block ({err})", path, offset) from None
-    return Block(blob, koff.tolist(), shards, offsets, lengths, hashes)
+    return koff, blob, shards, offsets, lengths, hashes
+
+
+@dataclass
+class KeyColumns:
+    """Entries as columns, the keys back to back in one blob (``bounds``: each key's start,
+    and the end): what a merge of two key indexes moves as whole arrays, so that
+    carrying a million entries into the next version costs numpy's time, not a Python
+    step per entry. Keys ascend where a method says so."""
+
+    blob: bytes
+    bounds: np.ndarray  # int64, len n + 1
+    shards: np.ndarray  # int64
+    offsets: np.ndarray  # int64
+    lengths: np.ndarray  # int64
+    hashes: bytes  # HASH_BYTES per entry
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def key(self, i: int) -> bytes:
+        return self.blob[int(self.bounds[i]) : int(self.bounds[i + 1])]
+
+    @classmethod
+    def empty(cls) -> KeyColumns:
+        z = np.zeros(0, dtype=np.int64)
+        return cls(b"", np.zeros(1, dtype=np.int64), z, z, z, b"")
+
+    @classmethod
+    def from_entries(cls, keys: Sequence[bytes], shards: Any, offsets: Any, lengths: Any, hashes: bytes) -> KeyColumns:
+        bounds = np.zeros(len(keys) + 1, dtype=np.int64)
+        if len(keys):
+            np.cumsum(list(map(len, keys)), out=bounds[1:])
+        return cls(
+            b"".join(keys),
+            bounds,
+            np.asarray(shards, dtype=np.int64),
+            np.asarray(offsets, dtype=np.int64),
+            np.asarray(lengths, dtype=np.int64),
+            bytes(hashes),
+        )
+
+    @classmethod
+    def concat(cls, parts: Sequence[KeyColumns]) -> KeyColumns:
+        """The parts one after the other (sorted only if they are and do not overlap)."""
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return cls.empty()
+        if len(parts) == 1:
+            return parts[0]
+        shifted = [parts[0].bounds[:1]]
+        base = 0
+        for p in parts:
+            shifted.append(p.bounds[1:] - p.bounds[0] + base)
+            base += int(p.bounds[-1] - p.bounds[0])
+        return cls(
+            b"".join(p.blob[int(p.bounds[0]) : int(p.bounds[-1])] for p in parts),
+            np.concatenate(shifted) - parts[0].bounds[0],
+            np.concatenate([p.shards for p in parts]),
+            np.concatenate([p.offsets for p in parts]),
+            np.concatenate([p.lengths for p in parts]),
+            b"".join(p.hashes for p in parts),
+        )
+
+    def _hash_rows(self) -> np.ndarray:
+        return np.frombuffer(self.hashes, dtype=f"V{HASH_BYTES}")
+
+    def take(self, rows: np.ndarray) -> KeyColumns:
+        """The entries at ``rows`` (indices, in that order): a Python step per entry, for
+        the few entries an append adds."""
+        idx = rows.tolist()
+        return KeyColumns.from_entries(
+            [self.key(i) for i in idx],
+            self.shards[rows],
+            self.offsets[rows],
+            self.lengths[rows],
+            self._hash_rows()[rows].tobytes() if len(idx) else b"",
+        )
+
+    def sorted(self) -> KeyColumns:
+        """The entries by key; a key twice is a ``ValueError`` naming it."""
+        keys = [self.key(i) for i in range(len(self))]
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        for a, b in zip(order, order[1:]):
+            if keys[a] == keys[b]:
+                raise ValueError(f"key {keys[a].decode('utf-8', 'replace')!r} given twice")
+        return self.take(np.asarray(order, dtype=np.int64))
+
+    def kept(self, keep: np.ndarray) -> KeyColumns:
+        """The entries where ``keep`` is True, in order: the key bytes cut in runs (one
+        slice per run of kept entries), so dropping a few of a million costs a few slices."""
+        if bool(keep.all()):
+            return self
+        rows = np.flatnonzero(keep)
+        lens = (self.bounds[1:] - self.bounds[:-1])[rows]
+        bounds = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lens, out=bounds[1:])
+        # runs of consecutive kept rows: [starts[i], ends[i])
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        starts = np.concatenate(([0], breaks)) if len(rows) else np.zeros(0, dtype=np.int64)
+        ends = np.concatenate((breaks, [len(rows)])) if len(rows) else np.zeros(0, dtype=np.int64)
+        b = self.bounds
+        blob = b"".join(
+            self.blob[int(b[rows[s]]) : int(b[rows[e - 1] + 1])] for s, e in zip(starts.tolist(), ends.tolist())
+        )
+        return KeyColumns(
+            blob,
+            bounds,
+            self.shards[rows],
+            self.offsets[rows],
+            self.lengths[rows],
+            self._hash_rows()[rows].tobytes() if len(rows) else b"",
+        )
+
+    def merged(self, other: KeyColumns) -> KeyColumns:
+        """Both sorted sets of entries as one, by key: ``other`` (the few) placed into
+        ``self`` (the many) by one bisect per entry, the rest moved as whole arrays. A key
+        in both is a ``ValueError`` naming it (a merge's caller removes replaced keys first)."""
+        if not len(other):
+            return self
+        view = _KeyView(self.blob, self.bounds.tolist())
+        at: List[int] = []
+        for i in range(len(other)):
+            k = other.key(i)
+            j = bisect.bisect_left(view, k)  # type: ignore[unused-ignore]  # a sequence, as bisect takes
+            if j < len(view) and view[j] == k:
+                raise ValueError(f"key {k.decode('utf-8', 'replace')!r} given twice")
+            at.append(j)
+        pos = np.asarray(at, dtype=np.int64)
+        cut = [0, *self.bounds[pos].tolist(), int(self.bounds[-1])]
+        pieces: List[bytes] = []
+        for i in range(len(other)):
+            pieces.append(self.blob[cut[i] : cut[i + 1]])
+            pieces.append(other.key(i))
+        pieces.append(self.blob[cut[-2] : cut[-1]])
+        lens = np.insert(self.bounds[1:] - self.bounds[:-1], pos, other.bounds[1:] - other.bounds[:-1])
+        bounds = np.zeros(len(lens) + 1, dtype=np.int64)
+        np.cumsum(lens, out=bounds[1:])
+        hashes = np.insert(self._hash_rows(), pos, other._hash_rows())
+        return KeyColumns(
+            b"".join(pieces),
+            bounds,
+            np.insert(self.shards, pos, other.shards),
+            np.insert(self.offsets, pos, other.offsets),
+            np.insert(self.lengths, pos, other.lengths),
+            hashes.tobytes(),
+        )
 
 
 class KeyIndexWriter:
@@ -238,6 +394,37 @@ class KeyIndexWriter:
             )
         self._last = keys[-1]
 
+    def add_columns(self, cols: KeyColumns) -> None:
+        """Entries given as columns, already in ascending key order (read from key indexes,
+        whose order was checked when they were written, and combined by
+        :meth:`KeyColumns.merged`): each block cut from the arrays, no Python step per
+        entry. The seam with what was written before is checked."""
+        n = len(cols)
+        if n == 0:
+            return
+        first = cols.key(0)
+        self._flush_pending()
+        if self._last is not None and first <= self._last:
+            raise ValueError(f"{self.path}: key {first.decode('utf-8', 'replace')!r} given twice or out of order")
+        bounds = cols.bounds
+        step = self._block_entries
+        for a in range(0, n, step):
+            b = min(a + step, n)
+            lo, hi = int(bounds[a]), int(bounds[b])
+            self._write_encoded(
+                _encode_columns(
+                    bounds[a : b + 1] - lo,
+                    cols.blob[lo:hi],
+                    cols.shards[a:b],
+                    cols.offsets[a:b],
+                    cols.lengths[a:b],
+                    cols.hashes[a * HASH_BYTES : b * HASH_BYTES],
+                ),
+                cols.blob[lo : int(bounds[a + 1])],
+                b - a,
+            )
+        self._last = cols.key(n - 1)
+
     def _flush_pending(self) -> None:
         """Write what ``add`` gathered (a last, shorter block when more follows in bulk)."""
         self._flush()
@@ -250,12 +437,14 @@ class KeyIndexWriter:
         self._write_block(keys, shards, offsets, lengths, b"".join(hashes))
 
     def _write_block(self, keys: Sequence[bytes], shards, offsets, lengths, hashes: bytes) -> None:
-        data = _encode_block(keys, shards, offsets, lengths, hashes)
+        self._write_encoded(_encode_block(keys, shards, offsets, lengths, hashes), bytes(keys[0]), len(keys))
+
+    def _write_encoded(self, data: bytes, first_key: bytes, entries: int) -> None:
         with files.errors_named(self.path):
             self._digest.write(data)
-        self._blocks.append((bytes(keys[0]), self._pos, len(data), masked_crc32c(data), len(keys)))
+        self._blocks.append((first_key, self._pos, len(data), masked_crc32c(data), entries))
         self._pos += len(data)
-        self.entries += len(keys)
+        self.entries += entries
 
     def close(self) -> None:
         self._flush()
@@ -419,19 +608,23 @@ class KeyIndexReader:
 
     def block(self, i: int, data: Any = None) -> Block:
         """Block ``i``, its CRC32C checked (``data``: its bytes, when already read)."""
+        koff, blob, shards, offsets, lengths, hashes = self._block_arrays(i, data)
+        return Block(blob, koff.tolist(), shards, offsets, lengths, hashes)
+
+    def _block_arrays(self, i: int, data: Any = None) -> Tuple[np.ndarray, bytes, Any, Any, Any, bytes]:
         offset, size = self._block_offsets[i], self._block_sizes[i]
         if data is None:
             data = self._src.read(offset, size)
         if masked_crc32c(data) != self._block_crcs[i]:
             raise KeyIndexError(f"corrupt key index: block {i} does not match its CRC32C", self.path, offset)
-        blk = _decode_block(data, self.path, offset)
-        if len(blk) != self._block_counts[i]:
+        arrays = _decode_arrays(data, self.path, offset)
+        if len(arrays[2]) != self._block_counts[i]:
             raise KeyIndexError(
-                f"corrupt key index: block {i} holds {len(blk)} entries, its footer says {self._block_counts[i]}",
+                f"corrupt key index: block {i} holds {len(arrays[2])} entries, its footer says {self._block_counts[i]}",
                 self.path,
                 offset,
             )
-        return blk
+        return arrays
 
     def get(self, key: str) -> Optional[Entry]:
         """The entry of ``key``, or None: one bisect in memory, one block read."""
@@ -445,6 +638,11 @@ class KeyIndexReader:
 
     def blocks_in_order(self) -> Iterator[Block]:
         """Every block, first to last (reads the file in runs of about 8 MB)."""
+        for i, data in self._raw_blocks():
+            yield self.block(i, data)
+
+    def _raw_blocks(self) -> Iterator[Tuple[int, Any]]:
+        """Each block's number and bytes, unchecked, first to last, read in runs of ~8 MB."""
         i = 0
         n = len(self._firsts)
         while i < n:
@@ -455,9 +653,38 @@ class KeyIndexReader:
             run = memoryview(self._src.read(self._block_offsets[i], size))
             pos = 0
             for b in range(i, j):
-                yield self.block(b, run[pos : pos + self._block_sizes[b]])
+                yield b, run[pos : pos + self._block_sizes[b]]
                 pos += self._block_sizes[b]
             i = j
+
+    def columns(self) -> KeyColumns:
+        """Every entry as columns, in key order (each block's CRC32C checked)."""
+        blobs: List[bytes] = []
+        bounds: List[np.ndarray] = [np.zeros(1, dtype=np.int64)]
+        shards: List[np.ndarray] = []
+        offsets: List[np.ndarray] = []
+        lengths: List[np.ndarray] = []
+        hashes: List[bytes] = []
+        base = 0
+        for i, data in self._raw_blocks():
+            koff, blob, shard, offset, length, hash_ = self._block_arrays(i, data)
+            blobs.append(blob)
+            bounds.append(koff[1:].astype(np.int64) + base)
+            base += int(koff[-1])
+            shards.append(shard)
+            offsets.append(offset)
+            lengths.append(length)
+            hashes.append(hash_)
+        if not blobs:
+            return KeyColumns.empty()
+        return KeyColumns(
+            b"".join(blobs),
+            np.concatenate(bounds),
+            np.concatenate(shards).astype(np.int64),
+            np.concatenate(offsets).astype(np.int64),
+            np.concatenate(lengths).astype(np.int64),
+            b"".join(hashes),
+        )
 
     def __iter__(self) -> Iterator[Entry]:
         for blk in self.blocks_in_order():
@@ -485,6 +712,7 @@ def check_frame_matches(entry: Entry, data: Any, path: str) -> None:
 __all__ = [
     "BLOCK_ENTRIES",
     "Entry",
+    "KeyColumns",
     "KeyIndexError",
     "KeyIndexReader",
     "KeyIndexWriter",
