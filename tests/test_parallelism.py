@@ -83,13 +83,13 @@ def test_a_builds_input_size(tmp_path):
         (media / f"{i}.bin").write_bytes(b"x" * 1000)
     manifest = tmp_path / "manifest.csv"
     manifest.write_text("path\n" + "".join(f"media/{i}.bin\n" for i in range(5)))
-    assert parallelism.build_input_is_small({"manifest": str(manifest)})
-    assert parallelism.build_input_is_small({"directory": str(media)})
+    assert parallelism.build_input_is_small(manifest=str(manifest))
+    assert parallelism.build_input_is_small(directory=str(media))
     for i in range(parallelism.SMALL_BUILD_FILES):  # many rows: not small, however tiny
         (media / f"many-{i}.bin").write_bytes(b"x")
-    assert not parallelism.build_input_is_small({"manifest": str(manifest)})
-    assert not parallelism.build_input_is_small({"directory": str(media)})
-    assert not parallelism.build_input_is_small({"manifest": "s3://bucket/manifest.csv"})
+    assert not parallelism.build_input_is_small(manifest=str(manifest))
+    assert not parallelism.build_input_is_small(directory=str(media))
+    assert not parallelism.build_input_is_small(manifest="s3://bucket/manifest.csv")
 
 
 def _validate(tmp_path, path, *flags):

@@ -57,7 +57,6 @@ def cmd_build(args, beam_flags: List[str]) -> int:
     from tfrecord_io.pipelines.build.config import load_config, parse_overrides
     from tfrecord_io.pipelines.build.job import run_build
     from tfrecord_io.pipelines.runtime.local_workers import fork_workers
-    from tfrecord_io.pipelines.runtime.parallelism import build_input_is_small
 
     overrides = parse_overrides(args.set)
     if args.output:
@@ -68,11 +67,11 @@ def cmd_build(args, beam_flags: List[str]) -> int:
     if args.num_shards:
         overrides.append(("sharding.num_shards", args.num_shards))
     cfg = load_config(args.config, overrides)
-    runner_cfg = runner_section(args.runner_config) or cfg["runner"]
-    flags = beam_args(runner_cfg, beam_flags, small_input=build_input_is_small(cfg["input"]))
+    runner_cfg = runner_section(args.runner_config) or cfg.runner.section()
+    flags = beam_args(runner_cfg, beam_flags, small_input=cfg.input_is_small())
     # run_build names the version it claims (an `auto` name may get a suffix when taken);
     # the failure block then says exactly what this run left there.
-    args.failure_state = BuildState(cfg["output"]["dir"])
+    args.failure_state = BuildState(cfg.output.dir)
     options = PipelineOptions(flags)
     # DirectRunner's multi-process workers: forked now, already imported, while the
     # launcher plans (tfrecord_io/pipelines/runtime/local_workers.py); other runners start their own.

@@ -72,7 +72,7 @@ def _run(args: argparse.Namespace, beam_flags: List[str]) -> int:
     from tfrecord_io.pipelines.runtime import dataset_dir
     from tfrecord_io.pipelines.runtime.local_workers import fork_workers
     from tfrecord_io.pipelines.runtime.options import beam_args
-    from tfrecord_io.pipelines.runtime.parallelism import build_input_is_small, record_input_is_small
+    from tfrecord_io.pipelines.runtime.parallelism import record_input_is_small
     from tfrecord_io.pipelines.validate import run_validate, summary_lines
     from tfrecord_io.reader import tfrecord_iterator
     from tfrecord_io.transforms import decode_example
@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace, beam_flags: List[str]) -> int:
     print(f"1/3 generating {args.rows} images, audio clips and captions (+1 broken image) in {root}")
     config_path = make_demo_media(root, args.rows)
     cfg = load_config(config_path, [("report", True)])  # and <version>/report.html (tfrecord-io report)
-    flags = beam_args(cfg["runner"], beam_flags, small_input=build_input_is_small(cfg["input"]))
+    flags = beam_args(cfg.runner.section(), beam_flags, small_input=cfg.input_is_small())
     print(f"2/3 building the dataset on the local runner ({' '.join(flags)})")
     options = PipelineOptions(flags)
     # as `tfrecord-io build` does: on 2 local workers, forked now (already imported)
@@ -90,16 +90,16 @@ def _run(args: argparse.Namespace, beam_flags: List[str]) -> int:
         summary = run_build(cfg, options, workers=workers)
     print("\n".join("    " + line for line in summary.lines()))
     print("3/3 validating it (CRCs, feature spec, counts, checksums)")
-    small = record_input_is_small([cfg["output"]["dir"]])
+    small = record_input_is_small([cfg.output.dir])
     report = run_validate(
-        [cfg["output"]["dir"]], PipelineOptions(beam_args(cfg["runner"], beam_flags, small_input=small))
+        [cfg.output.dir], PipelineOptions(beam_args(cfg.runner.section(), beam_flags, small_input=small))
     )
     print("\n".join("    " + line for line in summary_lines(report)))
 
-    version_dir = dataset_dir.resolve_dataset_dir(cfg["output"]["dir"])
+    version_dir = dataset_dir.resolve_dataset_dir(cfg.output.dir)
     first = next(s for s in summary.shards if s["records"])
     record = next(iter(tfrecord_iterator(os.path.join(version_dir, first["path"]))))
-    decoded = decode_example(record, make_encoders(cfg["columns"]))
+    decoded = decode_example(record, make_encoders(cfg.column_settings()))
     print(f"one decoded record from {first['path']}:")
     for key, value in decoded.items():
         print(f"    {key:<8} {_show(value)}")

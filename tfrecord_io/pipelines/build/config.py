@@ -194,6 +194,11 @@ class RunnerConfig:
     runner: str = _opt((str,), "DirectRunner")
     options: Dict[str, Any] = _opt((dict,), factory=dict, yaml_default={})
 
+    def section(self) -> Dict[str, Any]:
+        """The mapping form ``runtime.options.beam_args`` takes (as a ``--runner-config``
+        file's ``runner`` section reads)."""
+        return {"runner": self.runner, "options": copy.deepcopy(self.options)}
+
 
 T = TypeVar("T")
 
@@ -243,6 +248,12 @@ class BuildConfig:
         records as ``config`` and the fingerprint hashes)."""
         return _to_mapping(self)
 
+    def input_is_small(self) -> bool:
+        """Whether the local runner builds this input in-process (``runtime.parallelism``)."""
+        from tfrecord_io.pipelines.runtime.parallelism import build_input_is_small
+
+        return build_input_is_small(self.input.manifest, self.input.directory, self.input.glob)
+
     @property
     def media_columns(self) -> List[str]:
         """Feature columns whose encoder reads media files."""
@@ -255,9 +266,9 @@ class BuildConfig:
     def replace(self, **changes: Any) -> BuildConfig:
         return dataclasses.replace(self, **changes)
 
-    # Mapping-style reads, for callers written against the dict this used to be (the
-    # command-line front end, the demo, scripts): ``cfg["output"]["dir"]`` still works and
-    # returns the mapping form. Code in ``pipelines/build`` reads the attributes.
+    # Mapping-style reads, for scripts written against the dict this used to be:
+    # ``cfg["output"]["dir"]`` still works and returns the mapping form. The package's
+    # own code reads the attributes.
     def __getitem__(self, key: str) -> Any:
         return self.to_dict()[key]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, Iterable, Mapping, Optional
+from typing import Any, Dict, Iterable, Optional
 
 from tfrecord_io import files
 from tfrecord_io.path_specs import has_glob
@@ -92,12 +92,12 @@ def _tree_is_small(root: str, glob: str = "*") -> bool:
     return True
 
 
-def build_input_is_small(input_cfg: Mapping[str, Any]) -> bool:
-    """Is a build's input (a config's ``input`` section) small enough to run in-process?
-    A local manifest below SMALL_MANIFEST_BYTES whose folder holds less than
-    SMALL_BUILD_BYTES in fewer than SMALL_BUILD_FILES files, or a local media tree as
-    small. Anything on an object store: no."""
-    manifest = input_cfg.get("manifest")
+def build_input_is_small(manifest: Optional[str] = None, directory: Optional[str] = None, glob: str = "*") -> bool:
+    """Is a build's input (a config's ``input``: its ``manifest``, or its ``directory``
+    and ``glob``) small enough to run in-process? A local manifest below
+    SMALL_MANIFEST_BYTES whose folder holds less than SMALL_BUILD_BYTES in fewer than
+    SMALL_BUILD_FILES files, or a local media tree as small. Anything on an object
+    store: no."""
     if manifest:
         if files.is_remote(manifest) or has_glob(manifest):
             return False
@@ -108,10 +108,9 @@ def build_input_is_small(input_cfg: Mapping[str, Any]) -> bool:
             return False  # the build reports a missing manifest itself
         small = _tree_is_small(os.path.dirname(os.path.abspath(manifest)))
     else:
-        directory = input_cfg.get("directory")
         if not directory or files.is_remote(directory) or not os.path.isdir(directory):
             return False
-        small = _tree_is_small(directory, input_cfg.get("glob", "*"))
+        small = _tree_is_small(directory, glob)
     if small:
         _log.info(
             "small input (a local tree under %d bytes and %d files): "
