@@ -39,7 +39,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tfrecord_io import arrow, codec, reader, writer
+from tfrecord_io import arrow
+from tfrecord_io.format import codec, reader, writer
 
 BATCH = 1024
 SMALL_DESC = {"label": "int", "floats": "float", "text": "byte"}
@@ -142,7 +143,7 @@ def beam_reads(path: str, desc: Dict[str, str]) -> Dict[str, Callable[[], int]]:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_io.beam_io import ReadFromTFRecord
+    from tfrecord_io.beam.beam_io import ReadFromTFRecord
 
     flags = ["--runner=DirectRunner", "--direct_num_workers=1", "--direct_running_mode=in_memory"]
 

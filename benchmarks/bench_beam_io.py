@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
 import tfrecord_io as tfio  # noqa: E402
-from tfrecord_io.beam_io import ReadFromTFRecord, WriteToTFRecord  # noqa: E402
+from tfrecord_io.beam.beam_io import ReadFromTFRecord, WriteToTFRecord  # noqa: E402
 
 
 def options(workers: int) -> PipelineOptions:

@@ -51,7 +51,7 @@ from tests.s3support import find_versitygw, start_versitygw  # noqa: E402
 TRIVIAL = """
 import sys
 import apache_beam as beam
-from tfrecord_io.pipelines.runtime.options import beam_args, load_runner_section
+from tfrecord_io.pipelines.runtime.beam_options import beam_args, load_runner_section
 config = sys.argv[1]
 section = load_runner_section(config) if config else None
 with beam.Pipeline(argv=beam_args(section, [])) as p:

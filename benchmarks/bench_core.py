@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tfrecord_io import codec, framing, reader, writer
+from tfrecord_io.format import codec, framing, reader, writer
 
 DESCRIPTION = {"label": "int", "floats": "float", "text": "byte"}
 BATCH = 1024

@@ -127,7 +127,7 @@ def main() -> None:
     )
     out = os.path.join(work, "out0")
     sys.path.insert(0, REPO)
-    from tfrecord_io.pipelines.runtime import dataset_dir
+    from tfrecord_io.dataset import dataset_writer as dataset_dir
 
     info = dataset_dir.load_info(os.path.join(out, "v2"))
     kbytes = sum(e["key_index"]["bytes"] for e in info["splits"].values())

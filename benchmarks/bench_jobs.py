@@ -67,9 +67,9 @@ def make_dataset(root: str, n: int, shards: int = SHARDS) -> None:
 
     import numpy as np
 
-    from tfrecord_io.codec import serialize_example
-    from tfrecord_io.pipelines.runtime import dataset_dir
-    from tfrecord_io.writer import RecordWriter
+    from tfrecord_io.dataset import dataset_writer as dataset_dir
+    from tfrecord_io.format.codec import serialize_example
+    from tfrecord_io.format.writer import RecordWriter
 
     version = os.path.join(root, "v1")
     os.makedirs(version, exist_ok=True)
@@ -186,7 +186,7 @@ DATASETS = {"numeric": make_dataset, "images": make_image_dataset}
 
 def shard_files(root: str) -> List[str]:
     """The data shards of the dataset at ``root`` (its ``LATEST`` version), sorted."""
-    from tfrecord_io.pipelines.runtime import dataset_dir
+    from tfrecord_io.dataset import dataset_writer as dataset_dir
 
     with open(os.path.join(root, "LATEST")) as f:
         version_dir = os.path.join(root, f.read().strip())
@@ -208,7 +208,7 @@ def shard_counts(prefix: str) -> List[int]:
     """Records in each shard a reshard wrote under ``prefix`` (from their indexes)."""
     import glob
 
-    from tfrecord_io.index import load_index
+    from tfrecord_io.format.index import load_index
 
     return [len(load_index(p)) for p in sorted(glob.glob(prefix + "-*.index"))]
 
@@ -225,7 +225,7 @@ def timed(cmd: List[str], env: Optional[Dict[str, str]] = None) -> Dict[str, flo
 # The plain loops, each a script run in its own interpreter.
 LOOP_READ = r"""
 import hashlib, sys
-from tfrecord_io.reader import example_loader
+from tfrecord_io.format.reader import example_loader
 n = 0
 for path in open(sys.argv[1]).read().split():
     for example in example_loader(path, None):
@@ -239,8 +239,8 @@ assert n == int(sys.argv[2]), n
 
 LOOP_RESHARD = r"""
 import os, sys
-from tfrecord_io.reader import tfrecord_iterator
-from tfrecord_io.writer import RecordWriter
+from tfrecord_io.format.reader import tfrecord_iterator
+from tfrecord_io.format.writer import RecordWriter
 out = sys.argv[2]
 os.makedirs(out, exist_ok=True)
 names = [f"{out}/loop-{i:05d}-of-00004.tfrecord" for i in range(4)]
@@ -256,7 +256,7 @@ for w in writers:
 
 LOOP_INDEX = r"""
 import sys
-from tfrecord_io.index import create_index
+from tfrecord_io.format.index import create_index
 for path in open(sys.argv[1]).read().split():
     create_index(path, path + ".index")
 """

@@ -29,8 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 
+from tfrecord_io.format.writer import RecordWriter
 from tfrecord_io.transforms import Audio, Image, Label, Text, encode_row
-from tfrecord_io.writer import RecordWriter
 
 SPLITS = {"train": 0.8, "test": 0.2}
 SHARDS = 4
@@ -42,8 +42,8 @@ def make_dataset(root: str, records: int) -> str:
     from PIL import Image as PILImage
     from PIL import ImageDraw
 
-    from tfrecord_io.pipelines.runtime import dataset_dir
-    from tfrecord_io.pipelines.runtime.dataset_dir import sha256_file
+    from tfrecord_io.dataset import dataset_writer as dataset_dir
+    from tfrecord_io.dataset.dataset_writer import sha256_file
     from tfrecord_io.transforms.rows import check_spec
 
     spec = {
@@ -119,10 +119,10 @@ def make_dataset(root: str, records: int) -> str:
 
 
 def plain_loop(root: str, samples: int) -> int:
-    from tfrecord_io.index import load_index
-    from tfrecord_io.pipelines.report.job import _columns, resolve_input
+    from tfrecord_io.format.index import load_index
+    from tfrecord_io.format.reader import tfrecord_iterator
+    from tfrecord_io.pipelines.report.report_job import _columns, resolve_input
     from tfrecord_io.pipelines.report.stats import SplitStatsFn, label_column, observe_record, sample_key
-    from tfrecord_io.reader import tfrecord_iterator
 
     inp = resolve_input([root])
     columns = _columns(inp)
@@ -156,7 +156,7 @@ def main() -> int:
 
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_io.pipelines.report.job import _columns, resolve_input, run_report
+    from tfrecord_io.pipelines.report.report_job import _columns, resolve_input, run_report
     from tfrecord_io.pipelines.report.stats import run_stats_job
 
     with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:

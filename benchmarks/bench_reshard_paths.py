@@ -42,8 +42,8 @@ CASES = {
 def make_inputs(folder: str, n: int, files: int = 16) -> List[str]:
     import numpy as np
 
-    from tfrecord_io.codec import serialize_example
-    from tfrecord_io.writer import RecordWriter
+    from tfrecord_io.format.codec import serialize_example
+    from tfrecord_io.format.writer import RecordWriter
 
     os.makedirs(folder, exist_ok=True)
     scores = np.random.default_rng(0).random((4096, 8), dtype=np.float32)

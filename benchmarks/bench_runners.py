@@ -38,9 +38,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_io.pipelines.runtime.options import beam_args, load_runner_section
-from tfrecord_io.pipelines.validate import run_validate
-from tfrecord_io.writer import RecordWriter
+from tfrecord_io.format.writer import RecordWriter
+from tfrecord_io.pipelines.runtime.beam_options import beam_args, load_runner_section
+from tfrecord_io.pipelines.validate_job import run_validate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORD_BYTES = 1000  # ~ a small serialized Example

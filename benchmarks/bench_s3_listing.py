@@ -38,8 +38,8 @@ PLAN = r"""
 import json, random, resource, sys, time
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
-from tfrecord_io import files
-from tfrecord_io.pipelines.build.rows import prepare_batch
+from tfrecord_io.storage import files
+from tfrecord_io.pipelines.building.row_plan import prepare_batch
 
 bucket, n, shuffled = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 FileSystems.set_options(PipelineOptions(sys.argv[4:]))
@@ -56,7 +56,7 @@ def _init(self, *a, **k):
     _orig(self, *a, **k)
     self.meta.events.register("before-call.s3", count)
 botocore.client.BaseClient.__init__ = _init
-from tfrecord_io import s3_clients
+from tfrecord_io.storage import s3_clients
 s3_clients._shared.clear()
 
 names = [f"media{n}/img_{i:06d}.jpg" for i in range(n)]
@@ -66,7 +66,7 @@ rows = [{"image": name} for name in names]
 import inspect
 keep = {}
 if "listings" in inspect.signature(prepare_batch).parameters:  # what the planning stage keeps (newer code)
-    from tfrecord_io.s3_listing import FolderListings
+    from tfrecord_io.storage.s3_listing import FolderListings
     keep = {"listings": FolderListings()}
 cpu0 = time.process_time()
 t0 = time.perf_counter()

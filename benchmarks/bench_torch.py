@@ -72,10 +72,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from tfrecord_io.codec import serialize_example
-from tfrecord_io.index import create_index
+from tfrecord_io.format.codec import serialize_example
+from tfrecord_io.format.index import create_index
+from tfrecord_io.format.writer import RecordWriter
 from tfrecord_io.torch import TFRecordBatchDataset, TFRecordDataset, batch_tensor
-from tfrecord_io.writer import RecordWriter
 
 
 def write_small(path: str, n: int) -> None:
@@ -276,7 +276,7 @@ def with_transport(module, transport: str, make: Callable[[], DataLoader]) -> Ca
 def bench_s3(args) -> None:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.join(here, "tests"))
-    from tfrecord_io import remote_reader
+    from tfrecord_io.format import remote_reader
 
     from s3support import find_versitygw, start_versitygw
 
@@ -386,7 +386,7 @@ def with_gcs_reads(module, on: bool, make_loader: Callable[[], Callable[[], Data
 def bench_gcs(args) -> None:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.join(here, "tests"))
-    from tfrecord_io import remote_reader
+    from tfrecord_io.format import remote_reader
 
     from gcs_support import find_fake_gcs_server, start_fake_gcs_server
 

@@ -27,8 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from PIL import Image as PILImage
 
+from tfrecord_io.format.writer import RecordWriter
 from tfrecord_io.transforms import Audio, Image, Int, decode_example, encode_row
-from tfrecord_io.writer import RecordWriter
 
 
 def interleaved_best(fns, rounds=3):
@@ -159,18 +159,18 @@ CATEGORIES = (
     (
         "framing + CRC + sink/source (tfrecord_io)",
         (
-            "tfrecord_io/framing",
-            "tfrecord_io/crc",
-            "tfrecord_io/writer",
-            "tfrecord_io/reader",
+            "tfrecord_io/format/framing",
+            "tfrecord_io/format/crc",
+            "tfrecord_io/format/writer",
+            "tfrecord_io/format/reader",
             "tfrecord_io/beam_",
             "crc32c",
-            "tfrecord_io/files",
+            "tfrecord_io/storage/files",
         ),
     ),
     (
         "Example protobuf (codec)",
-        ("tfrecord_io/codec", "google/protobuf", "SerializeToString", "ParseFromString", "MergeFromString"),
+        ("tfrecord_io/format/codec", "google/protobuf", "SerializeToString", "ParseFromString", "MergeFromString"),
     ),
     ("transforms (Python glue)", ("/transforms/",)),
     # Beam's own code, plus the stdlib it drives (signature inspection, pickling, copies)

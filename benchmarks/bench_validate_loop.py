@@ -23,7 +23,7 @@ from process_cpu import timed as timed_command
 
 LOOP = r"""
 import hashlib, sys
-from tfrecord_io.reader import example_loader
+from tfrecord_io.format.reader import example_loader
 description = {"label": "int", "scores": "float", "text": "byte"}
 n = 0
 for path in sys.argv[1:]:

@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 from bench_torch import images_to_batch, split_cpus, write_image_files
 
-from tfrecord_io import remote_reader
+from tfrecord_io.format import remote_reader
 from tfrecord_io.torch import TFRecordBatchDataset
 
 TICK = os.sysconf("SC_CLK_TCK")

@@ -99,7 +99,7 @@ def demo_build(demo_media, tmp_path_factory):
     def get(rows: int = 12, **overrides: Any) -> DemoBuild:
         key = (rows, tuple(sorted(overrides.items())))
         if key not in made:
-            from tfrecord_io.pipelines.build.job import run_build
+            from tfrecord_io.pipelines.building.build_job import run_build
 
             from tests.pipeline_support import build_config, options
 

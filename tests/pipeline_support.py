@@ -23,7 +23,7 @@ def build_config(config_path: str, out, version: str, **extra: Any) -> Dict[str,
     """A build config (``load_config``) writing version ``version`` under ``out``, with
     more ``dotted.key=value`` overrides as keyword arguments (``sharding__num_shards`` is
     not a thing: pass ``**{"sharding.num_shards": 4}``)."""
-    from tfrecord_io.pipelines.build.config import load_config
+    from tfrecord_io.pipelines.building.build_config import load_config
 
     overrides = [("output.dir", str(out)), ("output.version", version), *extra.items()]
     return load_config(config_path, overrides)

@@ -2,7 +2,7 @@
 
 Each TFRecord file is one element; its restriction is the byte range [0, size), cut into
 ``num_splits`` ranges up front. A record belongs to the range in which it starts (the
-same rule as ``tfrecord_io.reader.read_records``), so every record is read once whatever
+same rule as ``tfrecord_io.format.reader.read_records``), so every record is read once whatever
 the cuts. Every output carries the start of the restriction that produced it and the
 process/thread that ran it, so a test can see how many restrictions a runner actually
 processed and where -- which is what Beam issue #24422 was about.
@@ -19,8 +19,8 @@ from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTr
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.core import RestrictionProvider
 
-from tfrecord_io.files import file_size
-from tfrecord_io.reader import read_records
+from tfrecord_io.format.reader import read_records
+from tfrecord_io.storage.files import file_size
 
 
 class ProbeReadFn(beam.DoFn, RestrictionProvider):

@@ -25,8 +25,9 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
+from tfrecord_io.dataset import dataset_writer as dataset_dir
 from tfrecord_io.pipelines.demo_data import make_demo_media
-from tfrecord_io.pipelines.runtime import dataset_dir, processes
+from tfrecord_io.pipelines.runtime import processes
 
 from tests.pipeline_support import REPO, run_cli
 

@@ -12,9 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tfrecord_io import arrow, codec, files
+from tfrecord_io import arrow
 from tfrecord_io.errors import ExampleCodecError, UnknownFeatureError
-from tfrecord_io.writer import TFRecordWriter
+from tfrecord_io.format import codec
+from tfrecord_io.format.writer import TFRecordWriter
+from tfrecord_io.storage import files
 
 from tests.test_speedups import wire_examples
 
@@ -36,7 +38,7 @@ def _write(path, datums):
 
 
 def _offsets(path):
-    from tfrecord_io.reader import read_records
+    from tfrecord_io.format.reader import read_records
 
     return [off for off, _ in read_records(str(path))]
 
@@ -197,7 +199,7 @@ def test_table_equals_per_record_parse_across_batches(tmp_path):
 
 
 def _payloads(path):
-    from tfrecord_io.reader import read_records
+    from tfrecord_io.format.reader import read_records
 
     return [bytes(d) for _, d in read_records(str(path))]
 
@@ -218,7 +220,7 @@ def test_a_list_of_keys_infers_their_types(tmp_path):
 
 
 def test_patterns_skip_index_sidecars_and_compressed_files_read(tmp_path):
-    from tfrecord_io.index import create_index
+    from tfrecord_io.format.index import create_index
 
     p1 = _write(tmp_path / "part-0.tfrecord", [{"a": 1}, {"a": 2}])
     create_index(p1, p1 + ".index")
@@ -235,7 +237,7 @@ def test_a_dataset_version_gives_its_schema_and_split(tmp_path):
     (v / "test").mkdir()
     _write(v / "train" / "d-train.tfrecord-00000-of-00001", [{"label": (i, "int")} for i in range(4)])
     _write(v / "test" / "d-test.tfrecord-00000-of-00001", [{"label": (9, "int")}])
-    from tfrecord_io.index import create_index
+    from tfrecord_io.format.index import create_index
 
     for split in ("train", "test"):
         shard = f"{split}/d-{split}.tfrecord-00000-of-00001"

@@ -66,7 +66,7 @@ def test_build_validate_and_torch_read_on_azfs(az_env, az_container, media):
     """A build into ``azfs://``: the commit protocol's objects in the container (shards
     and info under the version, ``LATEST`` naming it, no claim or temporary left);
     ``validate`` passes; the torch reader reads every row back from the container."""
-    from tfrecord_io import datasets
+    from tfrecord_io.dataset import datasets
     from tfrecord_io.torch import from_dataset
 
     server = az_env

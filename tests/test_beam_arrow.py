@@ -12,10 +12,11 @@ import pyarrow as pa
 import pytest
 
 import tfrecord_io as tfio
-from tfrecord_io import arrow, codec
-from tfrecord_io.beam_arrow import RecordBatchCoder
-from tfrecord_io.beam_io import ReadAllFromTFRecord, ReadFromTFRecord, WriteToTFRecord
-from tfrecord_io.reader import read_records
+from tfrecord_io import arrow
+from tfrecord_io.beam.beam_arrow import RecordBatchCoder
+from tfrecord_io.beam.beam_io import ReadAllFromTFRecord, ReadFromTFRecord, WriteToTFRecord
+from tfrecord_io.format import codec
+from tfrecord_io.format.reader import read_records
 
 from tests.beam_support import run_pipeline
 
@@ -175,9 +176,9 @@ def test_record_batch_coder_round_trips():
 def test_read_dataset_gives_record_batches_of_its_features(tmp_path):
     import json
 
-    from tfrecord_io import files
-    from tfrecord_io.beam_dataset import ReadDataset
-    from tfrecord_io.index import create_index
+    from tfrecord_io.beam.beam_dataset import ReadDataset
+    from tfrecord_io.format.index import create_index
+    from tfrecord_io.storage import files
 
     v = tmp_path / "ds" / "v1"
     (v / "train").mkdir(parents=True)
@@ -238,7 +239,7 @@ def test_sequence_features_left_out_of_arrow_are_named(tmp_path):
     import json
     import warnings
 
-    from tfrecord_io import files
+    from tfrecord_io.storage import files
 
     v = tmp_path / "ds" / "v1"
     (v / "train").mkdir(parents=True)

@@ -25,11 +25,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tfrecord_io as tfio
-from tfrecord_io.beam_io import ReadAllFromTFRecord, ReadFromTFRecord
-from tfrecord_io.beam_source import _ReadTFRecordFn
+from tfrecord_io.beam.beam_io import ReadAllFromTFRecord, ReadFromTFRecord
+from tfrecord_io.beam.beam_source import _ReadTFRecordFn
 from tfrecord_io.errors import CorruptRecordError
-from tfrecord_io.framing import FRAME_OVERHEAD
-from tfrecord_io.index import RecordIndex, build_index, write_index_atomic
+from tfrecord_io.format.framing import FRAME_OVERHEAD
+from tfrecord_io.format.index import RecordIndex, build_index, write_index_atomic
 
 from tests.beam_support import multiset, run_pipeline
 
@@ -534,7 +534,7 @@ def test_explicit_index_pattern_is_used(tmp_path):
 def test_lazy_package_attribute():
     assert tfio.ReadFromTFRecord is ReadFromTFRecord
     assert tfio.ReadAllFromTFRecord is ReadAllFromTFRecord
-    from tfrecord_io.beam_sink import WriteToTFRecord
+    from tfrecord_io.beam.beam_sink import WriteToTFRecord
 
     assert tfio.WriteToTFRecord is WriteToTFRecord
 

@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tfrecord_io as tfio
-from tfrecord_io.beam_io import WriteToTFRecord, shard_name
-from tfrecord_io.index import build_index, load_index
+from tfrecord_io.beam.beam_io import WriteToTFRecord, shard_name
+from tfrecord_io.format.index import build_index, load_index
 
 from tests.beam_support import multiset, run_pipeline
 
@@ -589,7 +589,7 @@ def test_fixed_shards_are_even_over_many_small_bundles_of_one_record(tmp_path):
 
 
 def test_shard_batches_go_where_the_caller_placed_them(tmp_path):
-    from tfrecord_io.beam_sink import WriteShardBatchesToTFRecord
+    from tfrecord_io.beam.beam_sink import WriteShardBatchesToTFRecord
 
     batches = [(0, [b"a", b"b"]), (2, [b"c"]), (0, [b"d"])]
 
@@ -611,7 +611,7 @@ def test_a_finalize_run_again_after_failing_part_way_keeps_every_shard(tmp_path)
     """A runner may retry the finalize step after it renamed some files and failed (Spark
     does): the retry finishes the renames and never deletes a shard the first attempt
     already moved into place."""
-    from tfrecord_io.beam_sink import _finalize, _rename, _WriteSpec
+    from tfrecord_io.beam.beam_sink import _finalize, _rename, _WriteSpec
 
     spec = _WriteSpec(str(tmp_path / ".temp"), "", True)
     results = []

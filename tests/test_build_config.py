@@ -1,4 +1,4 @@
-"""The build config as one typed object (``pipelines/build/config.py``): parsed once into
+"""The build config as one typed object (``pipelines/building/build_config.py``): parsed once into
 frozen dataclasses, the same mapping form as before, picklable for the workers; its
 JSON Schema generated from those classes and shipped beside them; one parser for the
 ``{encoder: image}`` and ``{type: Image}`` ways of naming an encoder."""
@@ -18,8 +18,8 @@ import jsonschema
 import pytest
 import yaml
 
-from tfrecord_io.pipelines.build import config as build_config
-from tfrecord_io.pipelines.build.config import (
+from tfrecord_io.pipelines.building import build_config
+from tfrecord_io.pipelines.building.build_config import (
     SCHEMA_FILE,
     BuildConfig,
     ColumnConfig,
@@ -30,7 +30,7 @@ from tfrecord_io.pipelines.build.config import (
     load_config,
     validate_build_config,
 )
-from tfrecord_io.pipelines.build.encoders_config import make_encoders
+from tfrecord_io.pipelines.building.encoders_config import make_encoders
 from tfrecord_io.transforms.config import encoder_from_config, spec_from_config
 
 from tests.pipeline_support import REPO
@@ -121,7 +121,8 @@ def test_build_dataset_takes_the_object_a_mapping_or_a_path(tmp_path):
 def test_run_build_parses_and_checks_once(tmp_path, monkeypatch):
     """``run_build`` takes the object as it is: no second validation, and the pipeline's
     ``BuildDataset`` is the spec the launcher checked (its encoders not made again)."""
-    from tfrecord_io.pipelines.build import job, transform
+    from tfrecord_io.pipelines.building import build_job as job
+    from tfrecord_io.pipelines.building import transform
 
     from tests.pipeline_support import options
 
@@ -198,14 +199,14 @@ def test_shipped_schema_is_the_generated_one():
     with open(SCHEMA_FILE, encoding="utf-8") as f:
         shipped = f.read()
     assert shipped == json_schema_text(), (
-        "build-config.schema.json is out of date: python -m tfrecord_io.pipelines.build.config --schema"
+        "build-config.schema.json is out of date: python -m tfrecord_io.pipelines.building.build_config --schema"
     )
     assert json.loads(shipped) == json_schema()
 
 
 def test_schema_command_prints_the_schema():
     proc = subprocess.run(
-        [sys.executable, "-m", "tfrecord_io.pipelines.build.config", "--print"],
+        [sys.executable, "-m", "tfrecord_io.pipelines.building.build_config", "--print"],
         capture_output=True,
         text=True,
         check=True,
@@ -217,14 +218,16 @@ def test_schema_command_prints_the_schema():
 def test_schema_file_is_package_data():
     with open(os.path.join(REPO, "pyproject.toml"), encoding="utf-8") as f:
         text = f.read()
-    assert re.search(r'tfrecord_io = \[[^\]]*"pipelines/build/\*\.schema\.json"', text)
+    assert re.search(r'tfrecord_io = \[[^\]]*"pipelines/building/\*\.schema\.json"', text)
 
 
 @pytest.mark.parametrize("path", DATASET_CONFIGS, ids=os.path.basename)
 def test_dataset_configs_pass_the_schema(path):
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    assert text.startswith("# yaml-language-server: $schema=../../tfrecord_io/pipelines/build/build-config.schema.json")
+    assert text.startswith(
+        "# yaml-language-server: $schema=../../tfrecord_io/pipelines/building/build-config.schema.json"
+    )
     assert _errors(yaml.safe_load(text)) == []
 
 

@@ -13,8 +13,8 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from tfrecord_io.pipelines.build import manifest
-from tfrecord_io.pipelines.build.manifest import InputError, ReadManifest
+from tfrecord_io.pipelines.building import manifest
+from tfrecord_io.pipelines.building.manifest import InputError, ReadManifest
 
 from tests.pipeline_support import TWO_WORKERS, options
 
@@ -138,7 +138,7 @@ def test_a_manifest_read_in_one_range_or_many_builds_the_same_shards(tmp_path):
     from PIL import Image
 
     import tfrecord_io
-    from tfrecord_io.pipelines.build import commit
+    from tfrecord_io.pipelines.building import commit
 
     root = tmp_path / "data"
     (root / "img").mkdir(parents=True)

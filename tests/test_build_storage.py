@@ -19,10 +19,11 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import tfrecord_io
-from tfrecord_io import datasets, files
-from tfrecord_io.pipelines.build.config import load_config
-from tfrecord_io.pipelines.build.job import run_build
-from tfrecord_io.pipelines.runtime import dataset_dir
+from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import datasets
+from tfrecord_io.pipelines.building.build_config import load_config
+from tfrecord_io.pipelines.building.build_job import run_build
+from tfrecord_io.storage import files
 
 from tests.pipeline_support import IN_PROCESS, REPO, TWO_WORKERS, options, run_cli, start_cli
 
@@ -119,7 +120,7 @@ def test_unknown_scheme_is_a_usage_error_before_anything_is_written(media, tmp_p
 
 
 def test_retry_after_a_failed_attempt_cleans_up_and_builds(media, tmp_path, monkeypatch):
-    import tfrecord_io.pipelines.build.write as build_module
+    import tfrecord_io.pipelines.building.write as build_module
 
     out = tmp_path / "out"
     run_build(_cfg(media, out, "v1"), options(), progress=False)
@@ -265,7 +266,7 @@ def test_the_digest_kept_while_uploading_is_the_stored_objects(s3_fs, s3_bucket,
     """What the build records of a shard on S3 (SHA-256, size) is hashed on the way
     out, not read back: it must be the object as the server stores it, whatever the
     upload's parts (over 2 * 8 MiB: Beam's multipart upload sends several)."""
-    from tfrecord_io.writer import RecordWriter
+    from tfrecord_io.format.writer import RecordWriter
 
     path = f"{s3_bucket}/digest/{compression}.tfrecord"
     records = [os.urandom(1 << 20) for _ in range(20)]
@@ -461,7 +462,7 @@ def test_muting_beams_log_from_two_threads_restores_logging():
     (a per-thread save/restore left it disabled for the whole process)."""
     import logging
 
-    from tfrecord_io.pipelines.runtime.dataset_dir import _BeamLogsMuted
+    from tfrecord_io.dataset.dataset_writer import _BeamLogsMuted
 
     before = logging.root.manager.disable
     a, b = _BeamLogsMuted(), _BeamLogsMuted()

@@ -18,11 +18,12 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that
 
 import tfrecord_io
-from tfrecord_io import datasets, files
-from tfrecord_io.pipelines.build import commit
-from tfrecord_io.pipelines.build.config import load_config
-from tfrecord_io.pipelines.build.job import run_build
-from tfrecord_io.pipelines.runtime import dataset_dir
+from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import datasets
+from tfrecord_io.pipelines.building import commit
+from tfrecord_io.pipelines.building.build_config import load_config
+from tfrecord_io.pipelines.building.build_job import run_build
+from tfrecord_io.storage import files
 
 from tests.pipeline_support import IN_PROCESS, options, run_cli
 
@@ -201,7 +202,7 @@ def test_shuffle_false_keeps_rows_in_key_order(tmp_path):
 def test_finalize_run_again_changes_nothing(demo, tmp_path):
     """A runner may run the finalize stage again: the second run finds
     dataset_info.json with its fingerprint, rewrites nothing, LATEST stays."""
-    from tfrecord_io.pipelines.build.spec import BuildSpec
+    from tfrecord_io.pipelines.building.build_spec import BuildSpec
 
     root, config = demo
     cfg = load_config(config, [("output.dir", str(tmp_path / "o")), ("output.version", "v1")])
@@ -392,7 +393,7 @@ def test_a_failure_after_finalize_keeps_the_version_it_published(demo, tmp_path,
     a runner's shutdown or a signal would): the launcher keeps the version this run
     published - LATEST names it, its shards are whole - and says so; before, it removed
     the version LATEST names."""
-    from tfrecord_io.pipelines.build import job
+    from tfrecord_io.pipelines.building import build_job as job
     from tfrecord_io.pipelines.commands import BuildState
 
     root, config = demo
@@ -425,7 +426,7 @@ def test_a_failure_after_finalize_keeps_the_version_it_published(demo, tmp_path,
 def test_finalize_refuses_to_publish_once_the_claim_is_not_its_runs(tmp_path):
     """The launcher gave the run up (released the marker, is removing the version) or
     another run took a stale claim over: a finalize still running writes nothing."""
-    from tfrecord_io.pipelines.build.spec import BuildSpec
+    from tfrecord_io.pipelines.building.build_spec import BuildSpec
 
     cfg = load_config(_dir_config(tmp_path / "c.yaml", str(_tree(str(tmp_path / "in"), 3)), str(tmp_path / "o")), [])
     spec = BuildSpec(cfg, cfg["output"]["dir"], "v1", "run-a")

@@ -178,8 +178,9 @@ def test_extra_package_wheel_without_the_c_core_runs_pure_python(clean_cluster, 
 
 CHECK_INSTALLED = r"""
 import json, os, sys
-import apache_beam, tfrecord_io, tfrecord_io.framing, tfrecord_io.pipelines.cli, tfrecord_io.transforms
-out = {"file": tfrecord_io.__file__, "speedups": tfrecord_io.framing.HAVE_SPEEDUPS, "beam": apache_beam.__version__}
+import apache_beam, tfrecord_io, tfrecord_io.format.framing, tfrecord_io.pipelines.cli, tfrecord_io.transforms
+from tfrecord_io.format.framing import HAVE_SPEEDUPS
+out = {"file": tfrecord_io.__file__, "speedups": HAVE_SPEEDUPS, "beam": apache_beam.__version__}
 if sys.argv[1] == "media":
     import boto3, librosa, PIL, soundfile
     out["media"] = [PIL.__version__, librosa.__version__, soundfile.__version__, boto3.__version__]

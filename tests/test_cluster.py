@@ -54,17 +54,18 @@ import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_io import files
-from tfrecord_io.beam_io import ReadFromTFRecord
-from tfrecord_io.files import file_size
-from tfrecord_io.pipelines.build.config import load_config
-from tfrecord_io.pipelines.build.job import run_build
+from tfrecord_io.beam.beam_io import ReadFromTFRecord
+from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.format.reader import read_records
+from tfrecord_io.format.writer import RecordWriter
+from tfrecord_io.pipelines.building.build_config import load_config
+from tfrecord_io.pipelines.building.build_job import run_build
 from tfrecord_io.pipelines.demo_data import make_demo_media
-from tfrecord_io.pipelines.runtime import dataset_dir, processes
+from tfrecord_io.pipelines.runtime import processes
+from tfrecord_io.pipelines.runtime.beam_options import beam_args, load_runner_section
 from tfrecord_io.pipelines.runtime.collect import ResultDir
-from tfrecord_io.pipelines.runtime.options import beam_args, load_runner_section
-from tfrecord_io.reader import read_records
-from tfrecord_io.writer import RecordWriter
+from tfrecord_io.storage import files
+from tfrecord_io.storage.files import file_size
 
 from tests.pipeline_support import run_cli, start_cli
 

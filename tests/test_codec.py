@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tfrecord_io as tfio
-from tfrecord_io import codec
+from tfrecord_io.format import codec
 from tfrecord_io.proto.example_pb2 import Example
 
 keys = st.text(min_size=1, max_size=12)
@@ -231,7 +231,7 @@ def test_wire_compatible_with_the_tfrecord_package_protos():
 
 
 def test_batch_parse_byte_views_are_the_values_without_copies():
-    from tfrecord_io.codec import _parse_examples, parse_examples_batch, serialize_example
+    from tfrecord_io.format.codec import _parse_examples, parse_examples_batch, serialize_example
 
     records = [
         serialize_example({"img": (b"\x00" * 70000, "byte"), "tags": ([b"a", b"bc"], "byte"), "n": (1, "int")}),

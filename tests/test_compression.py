@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tfrecord_io as tfio
-from tfrecord_io.writer import RecordWriter
+from tfrecord_io.format.writer import RecordWriter
 
 from tfio_testutil import golden_path, golden_payloads
 

@@ -14,10 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import tfrecord_io
-from tfrecord_io import arrow, codec
-from tfrecord_io.pipelines.convert import ConvertError, run_convert
-from tfrecord_io.pipelines.runtime import dataset_dir
-from tfrecord_io.reader import read_records
+from tfrecord_io import arrow
+from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.format import codec
+from tfrecord_io.format.reader import read_records
+from tfrecord_io.pipelines.convert_job import ConvertError, run_convert
 
 from tests.pipeline_support import TWO_WORKERS, options, run_cli
 
@@ -55,7 +56,7 @@ def test_dataset_to_parquet_and_back_keeps_every_example(built, tmp_path):
     assert table.num_rows == 18
     assert Counter(table.column("split").to_pylist()) == {s: e["records"] for s, e in info["splits"].items()}
     schema = pq.read_schema(summary.files[0])
-    assert json.loads(schema.metadata[b"tfrecord_io.splits"]) == sorted(info["splits"])
+    assert json.loads(schema.metadata[b"tfrecord_io.dataset.splits"]) == sorted(info["splits"])
     assert schema.field("label").type == pa.int64()  # shape () in the dataset's features: a scalar
     assert schema.field("image/encoded").type == pa.binary()
     back = str(tmp_path / "back")
@@ -206,8 +207,8 @@ def test_convert_on_s3_both_ways(s3_server, s3_bucket, tmp_path):
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_io import files
-    from tfrecord_io.reader import read_records as read_remote
+    from tfrecord_io.format.reader import read_records as read_remote
+    from tfrecord_io.storage import files
 
     from tests.pipeline_support import IN_PROCESS
 
@@ -287,7 +288,7 @@ def test_a_folder_of_parquet_is_its_parquet_files(built, tmp_path):
     """``convert FOLDER --to tfrecord`` (it said "not a readable Parquet file ([Errno 21] Is
     a directory)"): every *.parquet under the folder, sub-folders too, in path order,
     leaving out what pyarrow, Spark and HF leave out (names starting with '.' or '_')."""
-    from tfrecord_io.pipelines.convert import parquet_files_in
+    from tfrecord_io.pipelines.convert_job import parquet_files_in
 
     root, version_dir = built
     originals = _records_by_split(version_dir)
@@ -328,7 +329,7 @@ def _dataset_with_a_bad_record(built, tmp_path):
     (its frame and index whole: the reader hands it on, the Arrow conversion fails)."""
     import shutil
 
-    from tfrecord_io.index import create_index
+    from tfrecord_io.format.index import create_index
 
     root, _ = built
     copy = str(tmp_path / "bad-ds")

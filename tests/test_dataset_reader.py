@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import tfrecord_io
-from tfrecord_io.datasets import DatasetLayoutError
+from tfrecord_io.dataset.datasets import DatasetLayoutError
 from tfrecord_io.torch import from_dataset
 
 from tests.torch_data import build_tiny_dataset, corrupt_data_byte
@@ -116,7 +116,8 @@ def test_readers_do_not_import_transforms():
     import sys
 
     code = (
-        "import sys, tfrecord_io, tfrecord_io.torch, tfrecord_io.beam_dataset, tfrecord_io.dataset_reader; "
+        "import sys, tfrecord_io, tfrecord_io.torch, tfrecord_io.beam.beam_dataset, "
+        "tfrecord_io.dataset.dataset_reader; "
         "print(sorted(m for m in sys.modules if m.split('.')[:2] == ['tfrecord_io', 'transforms']))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

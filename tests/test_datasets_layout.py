@@ -1,4 +1,4 @@
-"""``tfrecord_io.datasets``: resolving a dataset root / version on local disk and S3."""
+"""``tfrecord_io.dataset.datasets``: resolving a dataset root / version on local disk and S3."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_io import datasets, files
+from tfrecord_io.dataset import datasets
+from tfrecord_io.storage import files
 
 
 def _make_layout(root: str) -> None:

@@ -17,9 +17,9 @@ import apache_beam as beam
 import pytest
 
 import tfrecord_io as tfio
-from tfrecord_io.beam_io import ReadAllFromTFRecord, ReadFromTFRecord, WriteToTFRecord
+from tfrecord_io.beam.beam_io import ReadAllFromTFRecord, ReadFromTFRecord, WriteToTFRecord
 from tfrecord_io.errors import ExampleCodecError, RecordTooLargeError
-from tfrecord_io.framing import encode_frame
+from tfrecord_io.format.framing import encode_frame
 
 from tests.beam_support import multiset, run_pipeline
 from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, run_cli
@@ -54,7 +54,7 @@ def test_beams_own_sink_plus_indexes_then_read_with_a_star(tmp_path):
         _ = p | beam.Create(records) | beam.io.WriteToTFRecord(prefix, num_shards=2)
     data = sorted(str(tmp_path / "out" / n) for n in os.listdir(tmp_path / "out"))
     assert len(data) == 2
-    from tfrecord_io.index import create_index
+    from tfrecord_io.format.index import create_index
 
     create_index(data[0], data[0] + ".index")
     create_index(data[1], os.path.splitext(data[1])[0] + ".tfindex")
@@ -102,7 +102,7 @@ def test_read_from_tfrecord_with_filename_gives_path_record_pairs(tmp_path):
 
 
 def test_runner_given_with_a_space_is_recognised():
-    from tfrecord_io.pipelines.runtime.options import beam_args, is_local, runner_name
+    from tfrecord_io.pipelines.runtime.beam_options import beam_args, is_local, runner_name
 
     assert runner_name(["--runner", "FlinkRunner"]) == "FlinkRunner"
     assert not is_local(["--runner", "FlinkRunner"])
@@ -115,7 +115,7 @@ def test_runner_given_with_a_space_is_recognised():
 
 
 def test_runner_with_a_space_gets_its_binary_and_no_direct_options(tmp_path, monkeypatch):
-    from tfrecord_io.pipelines.runtime.options import beam_args
+    from tfrecord_io.pipelines.runtime.beam_options import beam_args
     from tfrecord_io.pipelines.runtime.runners import FLINK_JAR
 
     (tmp_path / FLINK_JAR).write_bytes(b"jar")
@@ -206,8 +206,8 @@ def test_reading_one_huge_record_holds_one_copy(tmp_path, compress):
     frame_head = encode_frame(b"")  # write the frame without holding the record twice here
     import struct
 
-    from tfrecord_io.crc import masked_crc32c
-    from tfrecord_io.framing import frame_header
+    from tfrecord_io.format.crc import masked_crc32c
+    from tfrecord_io.format.framing import frame_header
 
     chunk = b"\0" * (1 << 20)
     opener = gzip.open if compress else open
@@ -265,7 +265,7 @@ def test_inspect_on_a_corrupt_file_ends_with_one_short_block(tmp_path):
         f"tfrecord-io inspect failed: CorruptRecordError: {path}, byte offset {offset}: "
         "corrupt record header: the length field (" + first.split("the length field (")[1]
     )
-    assert "where: tfrecord_io/beam_source.py" in err  # the step that read it
+    assert "where: tfrecord_io/beam/beam_source.py" in err  # the step that read it
     assert "state: nothing was written" in err
     assert "exit:  1 (the job failed)" in err
     log = _log_path(err)
@@ -318,9 +318,9 @@ def test_root_cause_is_found_in_a_runners_wrapped_text():
         Traceback (most recent call last):
           File "/x/site-packages/apache_beam/runners/worker/sdk_worker.py", line 311, in _execute
             response = task()
-          File "/src/tfrecord_io/beam_source.py", line 270, in process
+          File "/src/tfrecord_io/beam/beam_source.py", line 270, in process
             for offset, item in items:
-          File "/src/tfrecord_io/framing.py", line 435, in frames
+          File "/src/tfrecord_io/format/framing.py", line 435, in frames
             raise err
         tfrecord_io.errors.CorruptRecordError: /d/f.tfrecord, byte offset 30: corrupt record header [while running 'Read/ReadRanges']
         """
@@ -334,4 +334,4 @@ def test_root_cause_is_found_in_a_runners_wrapped_text():
         cause = root_cause(err)
     assert cause.line == "CorruptRecordError: /d/f.tfrecord, byte offset 30: corrupt record header"
     assert cause.step == "Read/ReadRanges"
-    assert cause.frame == "tfrecord_io/beam_source.py:270, process"
+    assert cause.frame == "tfrecord_io/beam/beam_source.py:270, process"

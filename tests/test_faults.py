@@ -21,8 +21,9 @@ import time
 import pytest
 
 import tfrecord_io as tfio
-from tfrecord_io.pipelines.build.job import run_build
-from tfrecord_io.pipelines.runtime import dataset_dir, failures, processes
+from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.pipelines.building.build_job import run_build
+from tfrecord_io.pipelines.runtime import failures, processes
 from tfrecord_io.pipelines.runtime.local_workers import PROCESS_NAME
 
 from tests.pipeline_support import TWO_WORKERS, build_config, cli_env, options, start_cli
@@ -213,7 +214,7 @@ _HELD_AFTER_FINALIZE = """
 import sys
 import apache_beam as beam
 from tfrecord_io.pipelines import cli
-from tfrecord_io.pipelines.build import job
+from tfrecord_io.pipelines.building import build_job as job
 from tests.pipeline_support import wait_for_file
 
 real = job.build_pipeline
@@ -325,7 +326,7 @@ def test_a_disk_that_fills_up_during_a_build(media, tmp_path):
 
 _APPENDER = r"""
 import sys, time
-from tfrecord_io.framing import encode_frame
+from tfrecord_io.format.framing import encode_frame
 path, n = sys.argv[1], int(sys.argv[2])
 with open(path, "ab", buffering=0) as f:
     for i in range(n):

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tfrecord_io import files
+from tfrecord_io.storage import files
 
 
 def test_remote_file_size_via_filesystems_match(tmp_path, monkeypatch):

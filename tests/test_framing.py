@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tfrecord_io as tfio
-from tfrecord_io.crc import mask, masked_crc32c, unmask
-from tfrecord_io.framing import FRAME_OVERHEAD, FrameStream, encode_frame, frame_header, write_frame
-from tfrecord_io.writer import RecordWriter
+from tfrecord_io.format.crc import mask, masked_crc32c, unmask
+from tfrecord_io.format.framing import FRAME_OVERHEAD, FrameStream, encode_frame, frame_header, write_frame
+from tfrecord_io.format.writer import RecordWriter
 
 payload_lists = st.lists(st.binary(max_size=300), max_size=12)
 
@@ -242,7 +242,7 @@ def test_corrupt_huge_length_is_our_error_fast_and_small(tmp_path, compression, 
     path = str(tmp_path / "huge.tfrecord")
     with RecordWriter(path, compression) as w:
         w.write_record(b"ok")
-    with tfio.files.open_write(path, compression) as f:  # rewrite with a bad frame after a good one
+    with tfio.storage.files.open_write(path, compression) as f:  # rewrite with a bad frame after a good one
         f.write(encode_frame(b"ok") + _header(2**60, crc_ok) + b"x" * 100)
     tracemalloc.start()
     t0 = time.perf_counter()
@@ -334,7 +334,7 @@ def test_resync_respects_limit():
 
 # ------------------------------------------------------------------ the scanner hook
 
-from tfrecord_io import framing  # noqa: E402
+from tfrecord_io.format import framing  # noqa: E402
 
 
 @settings(max_examples=200, deadline=None)

@@ -3,7 +3,7 @@ build's commit protocol (claim, shards, info last, ``LATEST``; a killed build an
 retry; two racing claims), an image folder on ``gs://`` as the build's input, the jobs
 (validate, inspect, report, reshard, index, convert), ``BuildDataset`` in a user's
 pipeline, the torch readers, and how a process gets its GCS credentials
-(tfrecord_io/gcs_clients.py: no ~40 s probe, missing credentials an error at once)."""
+(tfrecord_io/storage/gcs_clients.py: no ~40 s probe, missing credentials an error at once)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that
 
 import tfrecord_io
-from tfrecord_io import datasets, files, gcs_clients
+from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import datasets
 from tfrecord_io.errors import StorageAccessError
-from tfrecord_io.pipelines.runtime import dataset_dir
+from tfrecord_io.storage import files, gcs_clients
 
 from tests.pipeline_support import IN_PROCESS, REPO, TWO_WORKERS, run_cli, start_cli
 
@@ -102,7 +103,7 @@ _FIRST_REQUEST = """
 import sys, time
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
-from tfrecord_io import files
+from tfrecord_io.storage import files
 FileSystems.set_options(PipelineOptions(sys.argv[2:]))
 start = time.monotonic()
 try:
@@ -149,7 +150,7 @@ def test_anonymous_access_is_asked_for_by_an_option_and_skips_the_probe(gcs_serv
         "from apache_beam.io.gcp import gcsio\n"
         "from apache_beam.options.pipeline_options import PipelineOptions\n"
         "from google.auth.credentials import AnonymousCredentials\n"
-        "from tfrecord_io import files\n"
+        "from tfrecord_io.storage import files\n"
         "files.beam_filesystems()\n"
         "start = time.monotonic()\n"
         "client = gcsio.GcsIO(pipeline_options=PipelineOptions(sys.argv[1:])).client\n"

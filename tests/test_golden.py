@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import tfrecord_io as tfio
-from tfrecord_io import codec
+from tfrecord_io.format import codec
+from tfrecord_io.format.writer import RecordWriter, TFRecordWriter
 from tfrecord_io.proto.example_pb2 import Feature
-from tfrecord_io.writer import RecordWriter, TFRecordWriter
 
 from tfio_testutil import expected_value, golden_path, golden_payloads, golden_records, manifest, run_tf
 

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 import tfrecord_io
-from tfrecord_io.pipelines.diff import diff_versions
-from tfrecord_io.pipelines.runtime import dataset_dir
+from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.pipelines.diff_job import diff_versions
 
 from tests.pipeline_support import IN_PROCESS, run_cli
 
@@ -170,7 +170,7 @@ def test_remove_rewrites_only_affected_shards_and_names_missing_keys(base):
 
 def test_a_second_append_onto_the_same_base_is_refused_while_one_runs(base):
     tmp_path, out = base
-    from tfrecord_io.pipelines.build import derive
+    from tfrecord_io.pipelines.building import derive
 
     claim = derive.claim_base(out, "v1")  # as a running append holds it
     try:
@@ -308,7 +308,7 @@ def test_a_row_that_replaces_a_key_is_never_dropped_as_a_duplicate(tmp_path):
 
 
 def test_content_dedup_drops_only_rows_whose_bytes_match_not_just_their_hash():
-    from tfrecord_io.pipelines.build.content_dedup import BASE, _Row, same_content
+    from tfrecord_io.pipelines.building.content_dedup import BASE, _Row, same_content
 
     content = {b"b1x": b"x", b"b1": b"x", b"b2": b"y", b"n1": b"y", b"n2": b"z", b"n3": b"z", b"n4": b"w"}
     reads = []

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 import tfrecord_io
-from tfrecord_io.key_index import KeyIndexReader
-from tfrecord_io.pipelines.runtime import dataset_dir
+from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.format.key_index import KeyIndexReader
 
 from tests.pipeline_support import run_cli
 from tests.test_cluster import REPO, RunningCluster, cluster_job, on_direct_runner

@@ -9,9 +9,9 @@ import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_io import files, gcs_clients
-from tfrecord_io.keyed_dataset import open_dataset
-from tfrecord_io.pipelines.runtime import dataset_dir
+from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset.keyed_dataset import open_dataset
+from tfrecord_io.storage import files, gcs_clients
 
 from tests.pipeline_support import IN_PROCESS, cli_env, run_cli, write_rows_config, write_rows_manifest
 

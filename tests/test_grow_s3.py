@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from tfrecord_io import files, remote_reader
-from tfrecord_io.keyed_dataset import open_dataset
-from tfrecord_io.pipelines.runtime import dataset_dir
+from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset.keyed_dataset import open_dataset
+from tfrecord_io.format import remote_reader
+from tfrecord_io.storage import files
 
 from tests.pipeline_support import IN_PROCESS, cli_env, run_cli, write_rows_config, write_rows_manifest
 

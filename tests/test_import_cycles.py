@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import os
-from typing import Dict, List, Set, Tuple
+from typing import Callable, Dict, List, Set, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "tfrecord_io"
@@ -144,7 +144,9 @@ def _describe(component: List[str], graph: Dict[str, Set[str]]) -> str:
 
 def test_no_import_cycles_among_our_modules():
     graph = import_graph()
-    assert "tfrecord_io.pipelines.runtime.options" in graph and "tfrecord_io.framing" in graph  # the walk saw them
+    assert (
+        "tfrecord_io.pipelines.runtime.beam_options" in graph and "tfrecord_io.format.framing" in graph
+    )  # the walk saw them
     found = cycles(graph)
     assert not found, "import cycles (imports inside functions count too):\n" + "\n\n".join(
         _describe(c, graph) for c in found
@@ -184,24 +186,64 @@ def test_function_level_import_is_an_edge(tmp_path):
     assert cycles(graph) == [["tfrecord_io.sub.one", "tfrecord_io.sub.two"]]
 
 
-# Layers, lowest first (ARCHITECTURE; tfrecord_io/pipelines/__init__.py): a module may import
-# its own layer and the ones below it. The first that claims a module is its layer.
-_JOBS = ("validate", "inspect_job", "reshard", "index_job", "demo_data")
-LAYERS = [
-    ("format core and Beam IO", lambda m: not m.startswith(("tfrecord_io.transforms", "tfrecord_io.pipelines"))),
-    ("transforms", lambda m: m.startswith("tfrecord_io.transforms")),
-    ("pipelines.runtime", lambda m: m.startswith("tfrecord_io.pipelines.runtime")),
-    ("pipelines.report", lambda m: m.startswith("tfrecord_io.pipelines.report")),
+# Layers, lowest first (ARCHITECTURE; the docstrings of tfrecord_io/{storage,format,dataset,beam}
+# and tfrecord_io/pipelines/__init__.py): a module may import its own layer and layers of a
+# lower rank. Layers of the same rank are siblings and never import each other (Beam IO and
+# torch: each must work without the other installed). The first layer that claims a module is
+# its layer; every module has one.
+def _under(*names: str) -> Callable[[str], bool]:
+    return lambda m: any(m == n or m.startswith(n + ".") for n in names)
+
+
+_JOBS = tuple(
+    f"tfrecord_io.pipelines.{j}" for j in ("validate_job", "inspect_job", "reshard_job", "index_job", "demo_data")
+)
+LAYERS: List[Tuple[str, int, Callable[[str], bool]]] = [
     (
-        "pipelines' jobs",
-        lambda m: m.startswith("tfrecord_io.pipelines.build") or m in {f"tfrecord_io.pipelines.{j}" for j in _JOBS},
+        "the exception families and private helpers",
+        0,
+        lambda m: (
+            m == "tfrecord_io"  # the package itself (its lazy names are exempt below)
+            or _under(
+                "tfrecord_io.errors",
+                "tfrecord_io.usage_errors",
+                "tfrecord_io._lazy",
+                "tfrecord_io._version",
+                "tfrecord_io._speedups",
+                "tfrecord_io.proto",
+                "tfrecord_io.iterator_utils",
+            )(m)
+        ),
     ),
-    ("pipelines' command line", lambda m: m.startswith("tfrecord_io.pipelines")),
+    ("storage", 1, _under("tfrecord_io.storage")),
+    ("format core", 2, _under("tfrecord_io.format")),
+    ("dataset layout", 3, _under("tfrecord_io.dataset", "tfrecord_io.arrow")),
+    ("Beam IO", 4, _under("tfrecord_io.beam")),
+    ("torch", 4, _under("tfrecord_io.torch")),
+    ("command-line tools", 4, _under("tfrecord_io.tools")),
+    ("transforms", 5, _under("tfrecord_io.transforms")),
+    ("pipelines.runtime", 6, _under("tfrecord_io.pipelines.runtime")),
+    ("pipelines.report", 7, _under("tfrecord_io.pipelines.report")),
+    ("pipelines' jobs", 8, lambda m: _under("tfrecord_io.pipelines.building", *_JOBS)(m)),
+    ("pipelines' command line", 9, _under("tfrecord_io.pipelines", "tfrecord_io.__main__")),
 ]
 
 
 def _layer(module: str) -> int:
-    return next(i for i, (_, inside) in enumerate(LAYERS) if inside(module))
+    found = [i for i, (_, _, inside) in enumerate(LAYERS) if inside(module)]
+    assert found, f"{module} is in no layer: add it to LAYERS"
+    return found[0]
+
+
+def _upward(m: str, d: str) -> bool:
+    """``m`` importing ``d`` goes up (a higher rank) or sideways (a sibling layer)."""
+    (_, rank_m, _), (_, rank_d, _) = LAYERS[_layer(m)], LAYERS[_layer(d)]
+    return rank_d > rank_m or (rank_d == rank_m and _layer(d) != _layer(m))
+
+
+def test_every_module_has_a_layer():
+    for m in import_graph():
+        _layer(m)
 
 
 def test_imports_point_down_the_layers():
@@ -210,6 +252,37 @@ def test_imports_point_down_the_layers():
         f"{m} ({LAYERS[_layer(m)][0]}) imports {d} ({LAYERS[_layer(d)][0]})"
         for m, deps in graph.items()
         for d in deps
-        if _layer(d) > _layer(m) and m != "tfrecord_io"  # the package's lazy names reach up on purpose
+        if m != "tfrecord_io" and _upward(m, d)  # the package's lazy names reach up on purpose
     )
     assert not upward, "imports up the layers:\n  " + "\n  ".join(upward)
+
+
+# Beam at module level only where Beam is the point: below the transforms, a module that
+# imports Beam at the top would make the format core, the dataset layout or torch need it.
+_BEAM_AT_TOP = _under(
+    "tfrecord_io.beam",
+    "tfrecord_io.transforms",
+    "tfrecord_io.pipelines",
+    "tfrecord_io.storage.storage_retry",  # bounds Beam's own retry loop in jobs; files imports it lazily
+)
+
+
+def test_beam_is_imported_at_module_level_only_by_beam_facing_modules():
+    modules = _modules(ROOT)
+    found = []
+    for name, (path, _) in modules.items():
+        if not path or _BEAM_AT_TOP(name):
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in tree.body:
+            targets = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(t == "apache_beam" or t.startswith("apache_beam.") for t in targets):
+                found.append(name)
+    assert not found, "Beam imported at module level outside the Beam-facing layers: " + ", ".join(found)

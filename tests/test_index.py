@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import tfrecord_io as tfio
-from tfrecord_io.framing import encode_frame
-from tfrecord_io.index import parse_index
+from tfrecord_io.format.framing import encode_frame
+from tfrecord_io.format.index import parse_index
 
 from tfio_testutil import golden_path, golden_payloads, manifest
 

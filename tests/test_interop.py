@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tfrecord_io as tfio
-from tfrecord_io.writer import RecordWriter
+from tfrecord_io.format.writer import RecordWriter
 
 from tfio_testutil import golden_path, golden_payloads
 

@@ -12,19 +12,19 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import tfrecord_io
-from tfrecord_io.codec import serialize_example
 from tfrecord_io.errors import IndexFileError
-from tfrecord_io.frame_copy import copy_frames
-from tfrecord_io.framing import encode_frame
-from tfrecord_io.index import load_index
+from tfrecord_io.format.codec import serialize_example
+from tfrecord_io.format.frame_copy import copy_frames
+from tfrecord_io.format.framing import encode_frame
+from tfrecord_io.format.index import load_index
+from tfrecord_io.format.writer import RecordWriter
 from tfrecord_io.pipelines.inspect_job import StatsFn, batch_stats, record_stats
 from tfrecord_io.pipelines.report.stats import ObserveBatch, SplitStatsFn, columns_from_record
-from tfrecord_io.pipelines.reshard import run_reshard, slice_plan
+from tfrecord_io.pipelines.reshard_job import run_reshard, slice_plan
 from tfrecord_io.pipelines.runtime.collect import ResultDir, ResultLocationError, workers_share_local_disk
 from tfrecord_io.transforms import Array, Bytes, Float, Int, Text, encode_row
 from tfrecord_io.transforms.checks import check_record, check_records
 from tfrecord_io.transforms.spec import feature_specs
-from tfrecord_io.writer import RecordWriter
 
 from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, options, run_cli
 
@@ -145,8 +145,8 @@ def test_a_job_run_in_process_leaves_no_retry_listener_behind(tmp_path):
     directory (before, one listener per job ever run stayed registered)."""
     import apache_beam as beam
 
-    from tfrecord_io import storage_retry
     from tfrecord_io.pipelines.runtime.progress import CountProgress, ProgressPrinter, read_counts
+    from tfrecord_io.storage import storage_retry
 
     before = list(storage_retry._listeners)
     with ProgressPrinter("validate", options=PipelineOptions(IN_PROCESS)) as bar:
@@ -268,10 +268,10 @@ def test_report_batch_statistics_equal_the_per_record_ones():
 
 def test_report_batch_statistics_of_images_and_audio(tmp_path):
     """The demo's images and audio (the encoders' key groups): the same figures both ways."""
-    from tfrecord_io.pipelines.build.config import load_config
-    from tfrecord_io.pipelines.build.job import run_build
+    from tfrecord_io.pipelines.building.build_config import load_config
+    from tfrecord_io.pipelines.building.build_job import run_build
     from tfrecord_io.pipelines.demo_data import make_demo_media
-    from tfrecord_io.pipelines.report.job import _columns, resolve_input
+    from tfrecord_io.pipelines.report.report_job import _columns, resolve_input
 
     config = make_demo_media(str(tmp_path), rows=12)
     cfg = load_config(config, [("output.dir", str(tmp_path / "out")), ("output.version", "v1")])
@@ -729,7 +729,7 @@ def test_where_filter_is_matches_by_the_compiled_parser(where, monkeypatch):
     """``--where`` over a batch by the compiled parser keeps exactly the records the
     per-record protobuf test keeps, in order, without that test (it is made to fail
     here); a batch whose key changes type between records falls back to it."""
-    from tfrecord_io.pipelines import reshard
+    from tfrecord_io.pipelines import reshard_job as reshard
 
     records = _where_records()
     want = [r for r in records if reshard.matches(r, where)]
@@ -746,7 +746,7 @@ def test_reshard_without_a_shard_count_moves_lists_not_records(tmp_path, monkeyp
     """No --num-shards: the records reach the sink's bundle files as the read's lists,
     one Beam element per batch (reshard.py says it never moves one element per record;
     it did on this path), with --where too; every record is written once."""
-    from tfrecord_io import beam_sink
+    from tfrecord_io.beam import beam_sink
 
     path = str(tmp_path / "in.tfrecord")
     records = [serialize_example({"label": i % 3, "id": i}) for i in range(20_000)]

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tfrecord_io
-from tfrecord_io import key_index as ki
-from tfrecord_io.keyed_dataset import NoKeyIndexError, _split_of, open_dataset
-from tfrecord_io.pipelines.build import placement
-from tfrecord_io.pipelines.build.job import run_build
-from tfrecord_io.pipelines.runtime import dataset_dir
+from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset.keyed_dataset import NoKeyIndexError, _split_of, open_dataset
+from tfrecord_io.format import key_index as ki
+from tfrecord_io.pipelines.building import placement
+from tfrecord_io.pipelines.building.build_job import run_build
 
 from tests.pipeline_support import IN_PROCESS, build_config, options, run_cli
 
@@ -325,7 +325,7 @@ def test_dedup_key_keeps_the_first_row_and_counts_the_rest(tmp_path):
 def test_validate_checks_the_key_indexes(built, tmp_path):
     import shutil
 
-    from tfrecord_io.pipelines.validate import run_validate
+    from tfrecord_io.pipelines.validate_job import run_validate
 
     _, out, _ = built
     copy = tmp_path / "copy"
@@ -358,7 +358,7 @@ def test_validate_checks_the_key_indexes(built, tmp_path):
 
 
 def test_diff_of_two_builds(tmp_path):
-    from tfrecord_io.pipelines.diff import diff_versions
+    from tfrecord_io.pipelines.diff_job import diff_versions
 
     out = tmp_path / "out"
     config = _config(tmp_path, _manifest(tmp_path, list(range(0, 60))))
@@ -410,7 +410,7 @@ def test_dedup_content_drops_byte_identical_examples_under_other_keys(tmp_path):
         assert _text(ds.get("a")["text"]) == "x" and ds.get("c") is None and ds.get("d") is None
         assert _text(ds.get("b")["text"]) == "y" and _text(ds.get("e")["text"]) == "z"
     assert dataset_dir.verify_version(version_dir, info) == []
-    from tfrecord_io.pipelines.validate import run_validate
+    from tfrecord_io.pipelines.validate_job import run_validate
 
     report = run_validate([str(tmp_path / "out")], options(IN_PROCESS), progress=False)
     assert report["ok"], report["problems"]

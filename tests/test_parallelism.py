@@ -11,8 +11,8 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
 import tfrecord_io as tfio
 from tfrecord_io.pipelines.runtime import parallelism
+from tfrecord_io.pipelines.runtime.beam_options import beam_args
 from tfrecord_io.pipelines.runtime.local_workers import worker_count
-from tfrecord_io.pipelines.runtime.options import beam_args
 
 from pipeline_support import run_cli
 

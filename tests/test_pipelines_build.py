@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 import tfrecord_io
-from tfrecord_io.pipelines.build.config import load_config
-from tfrecord_io.pipelines.build.encoders_config import make_encoders
-from tfrecord_io.pipelines.build.job import run_build
-from tfrecord_io.pipelines.runtime import dataset_dir
+from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.pipelines.building.build_config import load_config
+from tfrecord_io.pipelines.building.build_job import run_build
+from tfrecord_io.pipelines.building.encoders_config import make_encoders
 from tfrecord_io.transforms import decode_example
 
 from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, build_config, options, run_cli, start_cli
@@ -136,7 +136,7 @@ def test_failed_build_leaves_previous_version_current(media, tmp_path, monkeypat
     root, config = media
     out = tmp_path / "out"
     run_build(build_config(config, out, "v1"), options(), progress=False)
-    import tfrecord_io.pipelines.build.write as build_module
+    import tfrecord_io.pipelines.building.write as build_module
 
     calls = {"n": 0}
 
@@ -191,7 +191,7 @@ def test_target_shard_size_derives_shard_count(media, tmp_path):
     import csv
     import math
 
-    from tfrecord_io.pipelines.build import placement
+    from tfrecord_io.pipelines.building import placement
 
     root, config = media
     cfg = load_config(

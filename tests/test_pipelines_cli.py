@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 import tfrecord_io
-from tfrecord_io.pipelines.build.config import ConfigError, load_config
-from tfrecord_io.pipelines.build.job import run_build
-from tfrecord_io.pipelines.runtime import dataset_dir
+from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.pipelines.building.build_config import ConfigError, load_config
+from tfrecord_io.pipelines.building.build_job import run_build
 
 from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, build_config, cli_env, options, run_cli
 
@@ -71,7 +71,7 @@ def test_unknown_encoder_names_the_field(tmp_path):
 def test_bad_encoder_parameter_names_the_field(tmp_path):
     config = _write_config(tmp_path, columns={"caption": {"encoder": "text", "normalise": "NFC"}})
     with pytest.raises(ConfigError, match=r"columns.caption: unknown parameter\(s\) normalise"):
-        from tfrecord_io.pipelines.build.encoders_config import make_encoders
+        from tfrecord_io.pipelines.building.encoders_config import make_encoders
 
         make_encoders(load_config(config)["columns"])
 
@@ -330,9 +330,9 @@ def test_shipped_configs_are_valid(tmp_path, monkeypatch):
     for name in (FLINK_JAR, SPARK_JAR, PRISM_BIN):
         (tmp_path / name).write_bytes(b"")
 
-    from tfrecord_io.pipelines.build.config import validate_config
-    from tfrecord_io.pipelines.build.encoders_config import make_encoders
-    from tfrecord_io.pipelines.runtime.options import beam_args
+    from tfrecord_io.pipelines.building.build_config import validate_config
+    from tfrecord_io.pipelines.building.encoders_config import make_encoders
+    from tfrecord_io.pipelines.runtime.beam_options import beam_args
 
     from tests.pipeline_support import REPO
 

@@ -27,7 +27,7 @@ _PROBE = r"""
 import base64, hashlib, json
 import google.protobuf
 from google.protobuf.internal import api_implementation
-from tfrecord_io.codec import build_example, build_sequence_example, parse_example, parse_sequence_example
+from tfrecord_io.format.codec import build_example, build_sequence_example, parse_example, parse_sequence_example
 from tfrecord_io.proto.example_pb2 import Example, SequenceExample
 from tfio_testutil import golden_records
 

@@ -8,9 +8,9 @@ import pickle
 import pytest
 
 from tfrecord_io.errors import CorruptRecordError, IndexFileError, TruncatedRecordError
-from tfrecord_io.framing import encode_frame
-from tfrecord_io.random_access import IndexedRecordReader, decode_frame
-from tfrecord_io.reader import read_records
+from tfrecord_io.format.framing import encode_frame
+from tfrecord_io.format.random_access import IndexedRecordReader, decode_frame
+from tfrecord_io.format.reader import read_records
 
 from tests.torch_data import corrupt_data_byte, record_offsets, write_examples
 
@@ -90,8 +90,8 @@ def test_stale_or_wrong_index(tmp_path):
 
 @pytest.mark.parametrize("block_size", [1, 700, 1 << 20])
 def test_read_indexed_matches_a_scan(tmp_path, block_size):
-    from tfrecord_io.index import load_index
-    from tfrecord_io.random_access import read_indexed
+    from tfrecord_io.format.index import load_index
+    from tfrecord_io.format.random_access import read_indexed
 
     path = str(tmp_path / "a.tfrecord")
     index = load_index(write_examples(path, range(80), index=True))
@@ -105,9 +105,9 @@ def test_read_indexed_matches_a_scan(tmp_path, block_size):
 def test_read_indexed_errors_name_the_record(tmp_path):
     import numpy as np
 
-    from tfrecord_io.index import RecordIndex, load_index
-    from tfrecord_io.random_access import read_indexed
-    from tfrecord_io.writer import RecordWriter
+    from tfrecord_io.format.index import RecordIndex, load_index
+    from tfrecord_io.format.random_access import read_indexed
+    from tfrecord_io.format.writer import RecordWriter
 
     path = str(tmp_path / "a.tfrecord")
     index = load_index(write_examples(path, range(50), index=True))
@@ -132,9 +132,9 @@ def test_read_indexed_errors_name_the_record(tmp_path):
 def test_read_indexed_through_filesystems_blocks(tmp_path, monkeypatch):
     """The path for remote files (blocks read through Beam's FileSystems, no mmap),
     exercised on a local file by routing it as if it were remote."""
-    from tfrecord_io import files
-    from tfrecord_io.index import load_index
-    from tfrecord_io.random_access import read_indexed
+    from tfrecord_io.format.index import load_index
+    from tfrecord_io.format.random_access import read_indexed
+    from tfrecord_io.storage import files
 
     path = str(tmp_path / "a.tfrecord")
     index = load_index(write_examples(path, range(40), index=True))
@@ -148,7 +148,7 @@ def test_read_indexed_through_filesystems_blocks(tmp_path, monkeypatch):
 
 
 def test_scan_mapped_matches_read_records(tmp_path):
-    from tfrecord_io.random_access import scan_mapped
+    from tfrecord_io.format.random_access import scan_mapped
 
     path = str(tmp_path / "a.tfrecord")
     write_examples(path, range(60))
@@ -169,8 +169,8 @@ def test_scan_mapped_matches_read_records(tmp_path):
 
 
 def test_without_mmap_both_paths_fall_back_to_reads(tmp_path, monkeypatch):
-    import tfrecord_io.random_access as ra
-    from tfrecord_io.index import load_index
+    import tfrecord_io.format.random_access as ra
+    from tfrecord_io.format.index import load_index
 
     path = str(tmp_path / "a.tfrecord")
     index = load_index(write_examples(path, range(30), index=True))

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 import tfrecord_io as tfio
 from tfrecord_io import iterator_utils
-from tfrecord_io.framing import FRAME_OVERHEAD, write_frame
-from tfrecord_io.reader import record_ranges, shard_range
-from tfrecord_io.writer import RecordWriter
+from tfrecord_io.format.framing import FRAME_OVERHEAD, write_frame
+from tfrecord_io.format.reader import record_ranges, shard_range
+from tfrecord_io.format.writer import RecordWriter
 
 from tfio_testutil import golden_path, golden_payloads, run_python, run_tf
 
@@ -396,8 +396,8 @@ _FULL_DISK_CHILD = r"""
 import os, resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (32 * 1024, 32 * 1024))
-from tfrecord_io.key_index import KeyIndexWriter
-from tfrecord_io.writer import RecordWriter
+from tfrecord_io.format.key_index import KeyIndexWriter
+from tfrecord_io.format.writer import RecordWriter
 folder, kind = sys.argv[1], sys.argv[2]
 path = os.path.join(folder, "out")
 try:

@@ -18,15 +18,15 @@ import numpy as np
 import pytest
 import yaml
 
-from tfrecord_io.codec import parse_example
-from tfrecord_io.index import load_index
-from tfrecord_io.pipelines.build.config import load_config
-from tfrecord_io.pipelines.build.job import run_build
-from tfrecord_io.pipelines.report.job import run_report
+from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.format.codec import parse_example
+from tfrecord_io.format.index import load_index
+from tfrecord_io.format.reader import tfrecord_iterator
+from tfrecord_io.pipelines.building.build_config import load_config
+from tfrecord_io.pipelines.building.build_job import run_build
+from tfrecord_io.pipelines.report.report_job import run_report
 from tfrecord_io.pipelines.report.stats import hist_add, hist_merge, hist_new, hist_output
-from tfrecord_io.pipelines.runtime import dataset_dir
-from tfrecord_io.pipelines.validate import run_validate
-from tfrecord_io.reader import tfrecord_iterator
+from tfrecord_io.pipelines.validate_job import run_validate
 
 from tests.pipeline_support import IN_PROCESS, TWO_WORKERS, options, run_cli
 
@@ -174,7 +174,7 @@ def test_media_for_the_page_from_any_image_mode_and_long_audio():
     import soundfile as sf
     from PIL import Image
 
-    from tfrecord_io.pipelines.report.media import audio_picture, thumbnail, wav_clip
+    from tfrecord_io.pipelines.report.previews import audio_picture, thumbnail, wav_clip
 
     def decoded(uri):
         return base64.b64decode(uri.split(",", 1)[1])
@@ -198,7 +198,7 @@ def test_media_for_the_page_from_any_image_mode_and_long_audio():
 
 
 def test_validation_section_shows_problems_and_a_report_of_another_version():
-    from tfrecord_io.pipelines.report.job import ReportInput, _validation
+    from tfrecord_io.pipelines.report.report_job import ReportInput, _validation
 
     inp = ReportInput("/data/ds", "/data/ds/v2", {"name": "ds"}, [], [])
     failed = {
@@ -317,7 +317,7 @@ def test_same_page_on_portable_runners(runner, demo, tmp_path):
     workers) gives the page the build wrote on the DirectRunner, byte for byte."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_io.pipelines.runtime.options import beam_args
+    from tfrecord_io.pipelines.runtime.beam_options import beam_args
     from tfrecord_io.pipelines.runtime.runners import RunnerSetupError
 
     with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", f"{runner}.yaml")) as f:
@@ -365,7 +365,7 @@ def test_report_of_a_dataset_on_s3(demo, s3_server, s3_bucket, tmp_path):
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_io import files
+    from tfrecord_io.storage import files
 
     s3_options = PipelineOptions(IN_PROCESS + s3_server.pipeline_args() + ["--default_sdk_harness_log_level=ERROR"])
     FileSystems.set_options(s3_options)
@@ -479,8 +479,8 @@ def test_numeric_text_and_bytes_columns(tmp_path):
     """Int, Float (with a NaN), Array, Text and Bytes columns: histograms of values,
     lengths and sizes, from dataset_info.json's encoders and, for the same files without
     it, from the keys alone."""
+    from tfrecord_io.format.writer import RecordWriter
     from tfrecord_io.transforms import Array, Bytes, Float, Int, Text, encode_row
-    from tfrecord_io.writer import RecordWriter
 
     spec = {
         "count": Int(),
@@ -635,7 +635,7 @@ def test_browser_check_sees_requests_console_errors_and_blank_images(tmp_path):
     shows a blank 'thumbnail' fails every check the report passes."""
     from PIL import Image
 
-    from tfrecord_io.pipelines.report.media import data_uri
+    from tfrecord_io.pipelines.report.previews import data_uri
 
     blank = io.BytesIO()
     Image.new("RGB", (64, 64), (255, 255, 255)).save(blank, "PNG")

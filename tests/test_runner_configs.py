@@ -25,8 +25,8 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from tfrecord_io.pipelines.build.config import SCHEMA, _check
-from tfrecord_io.pipelines.runtime.options import beam_args
+from tfrecord_io.pipelines.building.build_config import SCHEMA, _check
+from tfrecord_io.pipelines.runtime.beam_options import beam_args
 from tfrecord_io.pipelines.runtime.runners import (
     FLINK_JAR,
     PRISM_BIN,

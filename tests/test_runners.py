@@ -36,16 +36,16 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
-from tfrecord_io.beam_io import ReadFromTFRecord
-from tfrecord_io.index import build_index
-from tfrecord_io.pipelines.build.config import load_config
-from tfrecord_io.pipelines.build.job import run_build
-from tfrecord_io.pipelines.runtime import dataset_dir
+from tfrecord_io.beam.beam_io import ReadFromTFRecord
+from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.format.index import build_index
+from tfrecord_io.format.writer import RecordWriter
+from tfrecord_io.pipelines.building.build_config import load_config
+from tfrecord_io.pipelines.building.build_job import run_build
+from tfrecord_io.pipelines.runtime.beam_options import beam_args
 from tfrecord_io.pipelines.runtime.collect import ResultDir
-from tfrecord_io.pipelines.runtime.options import beam_args
 from tfrecord_io.pipelines.runtime.runners import RunnerSetupError
-from tfrecord_io.pipelines.validate import run_validate
-from tfrecord_io.writer import RecordWriter
+from tfrecord_io.pipelines.validate_job import run_validate
 
 from runner_probe import ProbeReadFn
 
@@ -199,8 +199,8 @@ def test_sink_shards_are_even_over_flinks_small_bundles_of_one_record(tmp_path):
     (1,000 by default; 100 here): 100,000 copies of one record into 16 shards, every
     shard within 1% of the mean. Starting each bundle at the shard its first record's
     CRC picked gave 4 shards 7,000 records and 12 shards 6,000 (12% off the mean)."""
-    from tfrecord_io.beam_io import WriteToTFRecord
-    from tfrecord_io.index import load_index
+    from tfrecord_io.beam.beam_io import WriteToTFRecord
+    from tfrecord_io.format.index import load_index
 
     flags = runner_flags("flink") + ["--streaming", "--max_bundle_size=100"]
     n = 100_000

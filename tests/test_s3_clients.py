@@ -1,5 +1,5 @@
 """One boto3 S3 client per process and S3 options under Beam's S3 filesystem
-(tfrecord_io/s3_clients.py), against a real S3 server (versitygw): calls share it,
+(tfrecord_io/storage/s3_clients.py), against a real S3 server (versitygw): calls share it,
 open files keep their own download streams, other options and forked processes get
 clients of their own, and a Beam wrapper that keeps more than plain values is left alone."""
 
@@ -12,7 +12,7 @@ from typing import List
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_io import files, s3_clients, storage_retry
+from tfrecord_io.storage import files, s3_clients, storage_retry
 
 
 def _made_and_shared():

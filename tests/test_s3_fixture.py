@@ -9,7 +9,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import tfrecord_io as tfio
-from tfrecord_io import files
+from tfrecord_io.storage import files
 
 from beam_support import MULTI
 

@@ -1,4 +1,4 @@
-"""S3 listings that cost what is asked (tfrecord_io/s3_listing.py), on a real S3 server
+"""S3 listings that cost what is asked (tfrecord_io/storage/s3_listing.py), on a real S3 server
 (versitygw): a build's planning stats a batch of media files by listing around them,
 not their whole folder each batch; a root/<label>/ tree is listed by label, in
 parallel. Sizes and times are those Beam's match gives."""
@@ -13,7 +13,7 @@ import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_io import files, s3_listing
+from tfrecord_io.storage import files, s3_listing
 
 pytestmark = pytest.mark.s3
 
@@ -114,7 +114,7 @@ def test_a_folder_tree_on_s3_is_listed_by_label(s3_fs, s3_bucket, tmp_path):
     """root/<label>/<file> on S3: the labels come from one delimited listing and each
     label folder is listed on its own (in parallel on a runner's workers); the rows
     are those of one listing of the whole prefix."""
-    from tfrecord_io.pipelines.build.manifest import ListDirectory, _ListGroups
+    from tfrecord_io.pipelines.building.manifest import ListDirectory, _ListGroups
 
     from tests.beam_support import run_pipeline
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfrecord_io.path_specs import expand, split_files, tfds_split, warn_missing_shards
+from tfrecord_io.dataset.path_specs import expand, split_files, tfds_split, warn_missing_shards
 
 
 def _touch(tmp_path, *names):

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tfrecord_io.codec import parse_example
 from tfrecord_io.errors import IndexFileError
-from tfrecord_io.index import RecordIndex, write_index_atomic
-from tfrecord_io.sharding import describe_files, plan_shard, read_piece, shard_count
-from tfrecord_io.writer import RecordWriter
+from tfrecord_io.format.codec import parse_example
+from tfrecord_io.format.index import RecordIndex, write_index_atomic
+from tfrecord_io.format.sharding import describe_files, plan_shard, read_piece, shard_count
+from tfrecord_io.format.writer import RecordWriter
 
 from tests.torch_data import write_examples
 

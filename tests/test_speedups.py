@@ -16,8 +16,8 @@ from crc32c import crc32c as crc32c_pkg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tfrecord_io import codec, crc, framing, index, reader, writer
 from tfrecord_io.errors import TFRecordError
+from tfrecord_io.format import codec, crc, framing, index, reader, writer
 
 try:
     from tfrecord_io import _speedups as S

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfrecord_io.splits import SplitRange, parse_split, resolve_split
+from tfrecord_io.dataset.splits import SplitRange, parse_split, resolve_split
 
 COUNTS = {"train": 1234, "validation": 5, "small": 99}
 

@@ -1,4 +1,4 @@
-"""Which client errors are a refusal (``tfrecord_io.storage_errors``): the exception
+"""Which client errors are a refusal (``tfrecord_io.storage.storage_errors``): the exception
 classes botocore, Beam and Azure's SDK raise, made as those libraries make them, each
 mapped to StorageAccessError with the hint for its store, and the errors that are not a
 refusal (a missing object, an outage, throttling) left alone. The servers behind these
@@ -12,8 +12,8 @@ import pickle
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
-from tfrecord_io import storage_errors
 from tfrecord_io.errors import StorageAccessError, StorageUnavailableError
+from tfrecord_io.storage import storage_errors
 
 URL = "s3://bucket-a/data/part-0.tfrecord"
 

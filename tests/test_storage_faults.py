@@ -1,5 +1,5 @@
 """An unreachable store is reported within the storage timeout, naming it, with
-"retrying" in the progress meanwhile (tfrecord_io/storage_retry.py).
+"retrying" in the progress meanwhile (tfrecord_io/storage/storage_retry.py).
 
 Real parts: a versitygw of the test's own (stopped on purpose, so not the session's
 ``s3_server``), Beam's S3 filesystem and its retry loop, the ``tfrecord-io`` CLI.
@@ -24,7 +24,7 @@ import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_io import files, storage_retry
+from tfrecord_io.storage import files, storage_retry
 
 from tests.pipeline_support import start_cli
 from tests.s3support import find_versitygw, start_versitygw

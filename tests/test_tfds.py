@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import tfrecord_io
-from tfrecord_io import datasets, tfds_info
-from tfrecord_io.pipelines.build.encoders_config import make_encoders
+from tfrecord_io.dataset import datasets, tfds_info
+from tfrecord_io.pipelines.building.encoders_config import make_encoders
 from tfrecord_io.transforms import decode_example
 
 from tests.tfio_testutil import require_tf_python, run_tf, tf_env

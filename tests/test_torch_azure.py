@@ -1,5 +1,5 @@
 """The torch datasets over ``azfs://`` blobs on Azurite (tests/azure_support.py), read by
-``tfrecord_io.remote_reader`` through azure-storage-blob: range reads with read-ahead,
+``tfrecord_io.format.remote_reader`` through azure-storage-blob: range reads with read-ahead,
 each blob read once per epoch, every read pinned to the ETag the blob had when listed
 (``If-Match``): a blob replaced by other bytes of the same size is an error naming it."""
 
@@ -15,9 +15,9 @@ pytest.importorskip("azure.storage.blob")
 
 from torch.utils.data import DataLoader
 
-from tfrecord_io import remote_reader
 from tfrecord_io.errors import StorageAccessError
-from tfrecord_io.remote_reader import STATS, RemoteObjectChangedError
+from tfrecord_io.format import remote_reader
+from tfrecord_io.format.remote_reader import STATS, RemoteObjectChangedError
 from tfrecord_io.torch import TFRecordBatchDataset, TFRecordDataset
 
 from tests.torch_data import write_examples

@@ -15,10 +15,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from tfrecord_io import tfrecord_iterator
-from tfrecord_io.codec import parse_example
 from tfrecord_io.errors import CorruptRecordError, ExampleCodecError
+from tfrecord_io.format.codec import parse_example
+from tfrecord_io.format.writer import RecordWriter
 from tfrecord_io.torch import TFRecordBatchDataset, batch_tensor
-from tfrecord_io.writer import RecordWriter
 
 from tests.torch_data import corrupt_data_byte, example_bytes, record_offsets, write_examples
 
@@ -34,7 +34,7 @@ def big_file(tmp_path_factory):
 
 
 def _record_at(path, offset):
-    from tfrecord_io.random_access import IndexedRecordReader
+    from tfrecord_io.format.random_access import IndexedRecordReader
 
     reader = IndexedRecordReader(path)
     number = [o for o, _ in record_offsets(path)].index(offset)

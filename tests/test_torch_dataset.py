@@ -15,9 +15,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from tfrecord_io.errors import CorruptRecordError, ExampleCodecError
+from tfrecord_io.format.writer import RecordWriter
 from tfrecord_io.torch import ReadOptions, TFRecordDataset, pad_collate
 from tfrecord_io.torch.dataset import TFRecordDataset as TFRecordDatasetFromModule
-from tfrecord_io.writer import RecordWriter
 
 from tests.torch_data import corrupt_data_byte, drain, write_examples, write_sequences
 

@@ -1,5 +1,5 @@
 """The torch datasets over ``gs://`` objects on the GCS emulator (fake-gcs-server,
-tests/gcs_support.py), read by ``tfrecord_io.remote_reader`` through google-cloud-storage:
+tests/gcs_support.py), read by ``tfrecord_io.format.remote_reader`` through google-cloud-storage:
 range reads with read-ahead, each object read once per epoch (counted in the reader's
 requests and bytes), every read pinned to the generation the object had when listed
 (a replacement, even by the very same bytes, is an error naming it), global shuffle,
@@ -17,8 +17,8 @@ pytest.importorskip("google.cloud.storage")
 
 from torch.utils.data import DataLoader
 
-from tfrecord_io import remote_reader
-from tfrecord_io.remote_reader import STATS, RemoteObjectChangedError
+from tfrecord_io.format import remote_reader
+from tfrecord_io.format.remote_reader import STATS, RemoteObjectChangedError
 from tfrecord_io.torch import TFRecordBatchDataset, TFRecordDataset
 
 from tests.torch_data import write_examples

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from torch.utils.data import DataLoader
 
+from tfrecord_io.dataset.permutation import Permutation
 from tfrecord_io.errors import IndexFileError
-from tfrecord_io.permutation import Permutation
 from tfrecord_io.torch import TFRecordBatchDataset, TFRecordDataset
 
 from tests.torch_data import write_examples, write_indexed_parts
@@ -127,7 +127,7 @@ def test_global_shuffle_needs_indexes_and_a_seed_across_ranks(shards, tmp_path):
 
 def test_record_ranges_of_files_are_respected(shards):
     """A slice of files (as a built dataset's selection gives) is permuted alone."""
-    from tfrecord_io.sharding import describe_files
+    from tfrecord_io.format.sharding import describe_files
 
     infos = describe_files(shards, [p + ".index" for p in shards])
     infos = [infos[0].with_records(10, 20), infos[2].with_records(100, 110)]

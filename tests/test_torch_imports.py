@@ -40,7 +40,9 @@ def test_nothing_outside_tfrecord_io_torch_imports_torch():
         [sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, check=True, timeout=300
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert {"tfrecord_io.reader", "tfrecord_io.sharding", "tfrecord_io.random_access"} <= set(result["modules"])
+    assert {"tfrecord_io.format.reader", "tfrecord_io.format.sharding", "tfrecord_io.format.random_access"} <= set(
+        result["modules"]
+    )
     assert result["torch"] == [], f"torch imported by one of {result['modules']}"
 
 

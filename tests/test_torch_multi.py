@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from tfrecord_io.format.writer import RecordWriter
 from tfrecord_io.torch import MultiTFRecordDataset, ReadOptions
-from tfrecord_io.writer import RecordWriter
 
 from tests.torch_data import write_examples
 

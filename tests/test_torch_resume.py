@@ -40,7 +40,7 @@ def shards(tmp_path_factory):
 
 def corrupt_by_index(path, record):
     """Flip a data byte of record ``record`` (found through the file's index)."""
-    from tfrecord_io.index import load_index
+    from tfrecord_io.format.index import load_index
 
     idx = load_index(path + ".index")
     at = int(idx.offsets[record]) + 12 + (int(idx.sizes[record]) - 16) // 2

@@ -12,9 +12,9 @@ import warnings
 import pytest
 from torch.utils.data import DataLoader
 
-from tfrecord_io import remote_reader
 from tfrecord_io.errors import TFRecordError
-from tfrecord_io.remote_reader import STATS, RemoteObjectChangedError
+from tfrecord_io.format import remote_reader
+from tfrecord_io.format.remote_reader import STATS, RemoteObjectChangedError
 from tfrecord_io.torch import MultiTFRecordDataset, TFRecordBatchDataset, TFRecordDataset
 
 from tests.s3support import CuttingProxy, find_versitygw, start_versitygw
@@ -127,7 +127,7 @@ def test_resume_from_s3_reads_only_the_rest(remote):
     STATS.reset()
     assert [int(r["id"][0]) for r in again] == rest
     assert head + rest == list(range(TOTAL))
-    from tfrecord_io.index import load_index
+    from tfrecord_io.format.index import load_index
 
     idx = [load_index(p + ".index") for p in local]
     # record 120 is record 30 of the second file: the restored run starts there

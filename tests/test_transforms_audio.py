@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tfrecord_io.codec import parse_example
+from tfrecord_io.format.codec import parse_example
 from tfrecord_io.transforms import Audio, AudioData, EncodeError, decode_example, encode_row
 
 from transforms_media import audio_bytes, sine
@@ -150,7 +150,7 @@ def test_nan_samples_rejected():
 def test_decoder_checks_sizes():
     spec = {"a": Audio()}
     feats = parse_example(encode_row({"a": audio_bytes(sine(8000, 0.01, 1), 8000, "WAV")}, spec))
-    from tfrecord_io.codec import serialize_example
+    from tfrecord_io.format.codec import serialize_example
 
     broken = {k: (v if not isinstance(v, np.ndarray) else v.tolist()) for k, v in feats.items()}
     broken["a/num_samples"] = [81]

@@ -16,7 +16,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from PIL import Image as PILImage
 
-from tfrecord_io.reader import read_records
+from tfrecord_io.format.reader import read_records
 from tfrecord_io.transforms import (
     Audio,
     DecodeExample,

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image as PILImage
 
-from tfrecord_io.codec import parse_example
+from tfrecord_io.format.codec import parse_example
 from tfrecord_io.transforms import EncodeError, Image, decode_example, encode_features, encode_row
 
 from transforms_media import exif_jpeg, gradient, image_bytes, palette_png, pixels, png16, truncated_jpeg
@@ -301,7 +301,7 @@ MODE_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4, "I;16": 1, "I": 1, "F": 1
 
 
 # A filesystem registered with Beam under its own scheme: paths like memtest://bucket/x
-# reach the encoder through tfrecord_io.files -> Beam's FileSystems, the same dispatch
+# reach the encoder through tfrecord_io.storage.files -> Beam's FileSystems, the same dispatch
 # gs:// or s3:// paths take (those services are not reachable from here).
 from apache_beam.io.filesystem import BeamIOError, FileMetadata, FileSystem  # noqa: E402
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tfrecord_io.codec import parse_sequence_example
+from tfrecord_io.format.codec import parse_sequence_example
 from tfrecord_io.transforms import (
     AudioFrames,
     EncodeError,

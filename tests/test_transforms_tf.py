@@ -16,7 +16,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from tfrecord_io.reader import read_records
+from tfrecord_io.format.reader import read_records
 from tfrecord_io.transforms import decode_example, encode_row, feature_specs, tf_parse_spec
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -160,8 +160,8 @@ print(json.dumps(out))
 
 @pytest.mark.tensorflow
 def test_tensorflow_parses_our_sequence_examples(tmp_path):
+    from tfrecord_io.format.writer import RecordWriter
     from tfrecord_io.transforms import AudioFrames, Steps, Text, decode_sequence_example, encode_sequence_row
-    from tfrecord_io.writer import RecordWriter
 
     from transforms_media import audio_bytes, sine
 

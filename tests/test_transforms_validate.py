@@ -12,10 +12,10 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that
 
-from tfrecord_io.beam_io import METRICS_NAMESPACE
-from tfrecord_io.codec import serialize_example
+from tfrecord_io.beam.beam_io import METRICS_NAMESPACE
+from tfrecord_io.format.codec import serialize_example
+from tfrecord_io.format.writer import RecordWriter
 from tfrecord_io.transforms import Int, Text, ValidateTFRecords, validate_files
-from tfrecord_io.writer import RecordWriter
 
 RUNNERS = {
     "direct": ["--runner=DirectRunner"],

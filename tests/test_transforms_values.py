@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tfrecord_io.codec import parse_example
+from tfrecord_io.format.codec import parse_example
 from tfrecord_io.transforms import (
     Array,
     Bytes,

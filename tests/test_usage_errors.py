@@ -1,4 +1,4 @@
-"""Exit status 2 is the usage-error family (runtime/errors.py), and only that family.
+"""Exit status 2 is the usage-error family (tfrecord_io/usage_errors.py), and only that family.
 
 Each kind of bad usage a person meets, run through the CLI as they would: the exit status
 is 2, the terminal shows the failure block with a message naming what to change and
@@ -13,18 +13,13 @@ import re
 import pytest
 import yaml
 
-from tfrecord_io.pipelines.build.config import ConfigError
-from tfrecord_io.pipelines.build.manifest import InputError
-from tfrecord_io.pipelines.report.job import BuildReportError, ReportError
-from tfrecord_io.pipelines.runtime.dataset_dir import DatasetDirError, VersionTaken
-from tfrecord_io.pipelines.runtime.errors import (
-    ArgumentError,
-    MissingDependencyError,
-    NoInputError,
-    UsageError,
-)
+from tfrecord_io.dataset.dataset_writer import DatasetDirError, VersionTaken
+from tfrecord_io.format.writer import RecordWriter
+from tfrecord_io.pipelines.building.build_config import ConfigError
+from tfrecord_io.pipelines.building.manifest import InputError
+from tfrecord_io.pipelines.report.report_job import BuildReportError, ReportError
 from tfrecord_io.pipelines.runtime.runners import RunnerSetupError
-from tfrecord_io.writer import RecordWriter
+from tfrecord_io.usage_errors import ArgumentError, MissingDependencyError, NoInputError, UsageError
 
 from tests.pipeline_support import IN_PROCESS, cli_env, run_cli
 
@@ -49,7 +44,7 @@ def test_the_family():
 @pytest.fixture()
 def files(tmp_path):
     """A small valid TFRecord file, and a build config over a two-row manifest."""
-    from tfrecord_io.codec import serialize_example
+    from tfrecord_io.format.codec import serialize_example
 
     data = tmp_path / "data.tfrecord"
     with RecordWriter(str(data)) as w:

@@ -11,7 +11,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import tfrecord_io as tfio
-from tfrecord_io import framing
+from tfrecord_io.format import framing
 from tfrecord_io.pipelines.runtime import worker_core
 
 from tests.pipeline_support import IN_PROCESS, run_cli

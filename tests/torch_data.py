@@ -7,9 +7,9 @@ import os
 import random
 from typing import Iterable, List, Optional, Tuple
 
-from tfrecord_io.codec import serialize_example, serialize_sequence_example
-from tfrecord_io.index import create_index
-from tfrecord_io.writer import RecordWriter
+from tfrecord_io.format.codec import serialize_example, serialize_sequence_example
+from tfrecord_io.format.index import create_index
+from tfrecord_io.format.writer import RecordWriter
 
 
 def example_bytes(i: int, rng: random.Random) -> bytes:
@@ -60,7 +60,7 @@ def write_sequences(path: str, ids: Iterable[int]) -> None:
 
 def record_offsets(path: str) -> List[Tuple[int, int]]:
     """(offset, frame size) of every record, from a freshly built index."""
-    from tfrecord_io.index import build_index
+    from tfrecord_io.format.index import build_index
 
     idx = build_index(path)
     return list(zip(idx.offsets.tolist(), idx.sizes.tolist()))
@@ -117,8 +117,8 @@ def build_tiny_dataset(directory: str, rows: int = 150) -> str:
     import numpy as np
     from PIL import Image
 
-    from tfrecord_io.pipelines.build.config import load_config
-    from tfrecord_io.pipelines.build.job import run_build
+    from tfrecord_io.pipelines.building.build_config import load_config
+    from tfrecord_io.pipelines.building.build_job import run_build
 
     from tests.pipeline_support import options
 

@@ -14,17 +14,7 @@ from __future__ import annotations
 from . import iterator_utils
 from ._lazy import lazy_getattr
 from ._version import __version__  # noqa: F401 - the package version
-from .codec import (
-    build_example,
-    build_sequence_example,
-    infer_description,
-    parse_example,
-    parse_examples_batch,
-    parse_sequence_example,
-    serialize_example,
-    serialize_sequence_example,
-)
-from .dataset_reader import DatasetSelection, iter_dataset, select_dataset
+from .dataset.dataset_reader import DatasetSelection, iter_dataset, select_dataset
 from .errors import (
     CorruptRecordError,
     ExampleCodecError,
@@ -34,9 +24,19 @@ from .errors import (
     TruncatedRecordError,
     UnknownFeatureError,
 )
-from .framing import CorruptRegion, encode_frame
-from .index import RecordIndex, build_index, create_index, find_index, load_index
-from .reader import (
+from .format.codec import (
+    build_example,
+    build_sequence_example,
+    infer_description,
+    parse_example,
+    parse_examples_batch,
+    parse_sequence_example,
+    serialize_example,
+    serialize_sequence_example,
+)
+from .format.framing import CorruptRegion, encode_frame
+from .format.index import RecordIndex, build_index, create_index, find_index, load_index
+from .format.reader import (
     example_loader,
     multi_tfrecord_loader,
     read_records,
@@ -44,20 +44,20 @@ from .reader import (
     tfrecord_iterator,
     tfrecord_loader,
 )
-from .writer import RecordWriter, TFRecordWriter
+from .format.writer import RecordWriter, TFRecordWriter
 
 # Beam-facing names, imported lazily so the format core works without Beam loaded.
 _LAZY = {
-    "ReadFromTFRecord": "tfrecord_io.beam_io",
-    "ReadAllFromTFRecord": "tfrecord_io.beam_io",
-    "WriteToTFRecord": "tfrecord_io.beam_io",
-    "ReadDataset": "tfrecord_io.beam_dataset",
+    "ReadFromTFRecord": "tfrecord_io.beam.beam_io",
+    "ReadAllFromTFRecord": "tfrecord_io.beam.beam_io",
+    "WriteToTFRecord": "tfrecord_io.beam.beam_io",
+    "ReadDataset": "tfrecord_io.beam.beam_dataset",
     # pyarrow loads on first use too (it is a large import).
     "to_arrow": "tfrecord_io.arrow",
     "to_arrow_batches": "tfrecord_io.arrow",
-    "BuildDataset": "tfrecord_io.pipelines.build.transform",
+    "BuildDataset": "tfrecord_io.pipelines.building.transform",
     # look records up by key (a built dataset's key index)
-    "open_dataset": "tfrecord_io.keyed_dataset",
+    "open_dataset": "tfrecord_io.dataset.keyed_dataset",
 }
 
 

@@ -2,7 +2,7 @@
 
 Why: the tools people analyse and train with (pandas, polars, DuckDB, Ray, Hugging Face
 ``datasets``) speak Arrow, and the usual way there (tfx-bsl's decoder) drags in pinned
-TensorFlow packages. Here the compiled parser of :mod:`tfrecord_io.codec` fills one
+TensorFlow packages. Here the compiled parser of :mod:`tfrecord_io.format.codec` fills one
 contiguous buffer per column for a whole batch of records (values, counts per record,
 sizes of byte strings), and those buffers become the Arrow arrays as they are: no
 Python object per value.
@@ -58,11 +58,11 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
-from . import files
-from .codec import BYTES, FLOAT, INT64, TYPE_NAMES, serialize_example
 from .errors import ExampleCodecError, UnknownFeatureError
-from .index import INDEX_SUFFIXES
+from .format.codec import BYTES, FLOAT, INT64, TYPE_NAMES, serialize_example
+from .format.index import INDEX_SUFFIXES
 from .proto.example_pb2 import Example
+from .storage import files
 
 try:  # the compiled batch parser (mode 2: flat byte strings, missing keys allowed)
     from ._speedups import parse_examples as _parse_examples
@@ -181,7 +181,7 @@ def infer_kinds(records: Iterable[Any], locations: Locations = None) -> Dict[str
     """``{key: (wire kind, index of the first record with that kind)}`` over some
     serialised Examples. A key whose type differs between records is an error naming the
     second record's place; a key present with no list set in every record is a float
-    (as :func:`tfrecord_io.codec.infer_description` says)."""
+    (as :func:`tfrecord_io.format.codec.infer_description` says)."""
     kinds: Dict[str, Tuple[str, int]] = {}
     untyped: Dict[str, int] = {}
     example = Example()
@@ -439,7 +439,7 @@ def _data_files(patterns: Sequence[str]) -> List[str]:
 
 def _pieces(paths: Sequence[str]) -> List[Any]:
     """One whole-file read per path (compression from the suffix)."""
-    from .sharding import Piece
+    from .format.sharding import Piece
 
     return [Piece(path, files.normalize_compression(None, path)) for path in paths]
 
@@ -450,9 +450,9 @@ def _dataset_source(
     """(pieces to read, schema) of a built dataset, or None if ``source`` is not one;
     ``keys``: the features asked for (a sequence feature among them is an error naming
     it; without keys the sequence features left out are warned of)."""
-    from .dataset_reader import select_dataset
-    from .datasets import DatasetLayoutError, load_info, resolve_version_dir
-    from .sharding import plan_shard
+    from .dataset.dataset_reader import select_dataset
+    from .dataset.datasets import DatasetLayoutError, load_info, resolve_version_dir
+    from .format.sharding import plan_shard
 
     if any(c in source for c in "*?["):
         return None
@@ -500,7 +500,7 @@ def _record_batches(
     """The records of the pieces in lists of up to ``batch_size`` (cut earlier at
     ``max_batch_bytes``), never spanning two files; the per-record work is C-level
     (islice, zip), which matters at millions of small records per second."""
-    from .sharding import read_piece
+    from .format.sharding import read_piece
 
     for piece in pieces:
         it = read_piece(piece, check_crc)

@@ -67,7 +67,7 @@ class RecordTooLargeError(TFRecordError):
 
 class StorageUnavailableError(TFRecordError, OSError):
     """A store (``s3://``, ``gs://`` ...) kept failing, or could not be reached, for longer
-    than the storage timeout (raised by ``tfrecord_io/storage_retry.py``). Not a fault of
+    than the storage timeout (raised by ``tfrecord_io/storage/storage_retry.py``). Not a fault of
     the file or row at hand: code that turns per-file errors into per-row rejections
     lets this one through, so the job fails instead of rejecting everything."""
 

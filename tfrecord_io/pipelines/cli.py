@@ -185,13 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rp.add_argument("--validation", metavar="JSON", help="a report written by tfrecord-io validate --report, to show")
     _common(rp)
-    from tfrecord_io.pipelines.convert import add_parser as add_convert  # light: the job imports Beam when it runs
+    from tfrecord_io.pipelines.convert_job import add_parser as add_convert  # light: the job imports Beam when it runs
 
     add_convert(sub, _common, EPILOG)
-    from tfrecord_io.pipelines.lookup import add_parser as add_lookup
+    from tfrecord_io.pipelines.lookup_job import add_parser as add_lookup
 
     add_lookup(sub, _common, EPILOG)
-    from tfrecord_io.pipelines.diff import add_parser as add_diff
+    from tfrecord_io.pipelines.diff_job import add_parser as add_diff
 
     add_diff(sub, _common, EPILOG)
     return parser
@@ -270,7 +270,6 @@ def _main(argv: Optional[List[str]] = None) -> int:
     if not logging.getLogger().handlers:
         logging.getLogger().addHandler(logging.NullHandler())
     from tfrecord_io.pipelines.commands import COMMANDS, reshard_state
-    from tfrecord_io.pipelines.runtime.errors import UsageError
     from tfrecord_io.pipelines.runtime.failures import (
         ACCESS_MEANING,
         EXIT_USAGE,
@@ -283,6 +282,7 @@ def _main(argv: Optional[List[str]] = None) -> int:
         stop_children,
     )
     from tfrecord_io.pipelines.runtime.startup import import_google_api_core_without_package_scan
+    from tfrecord_io.usage_errors import UsageError
 
     parser = build_parser()
     args, beam_flags = parser.parse_known_args(argv)
@@ -296,7 +296,7 @@ def _main(argv: Optional[List[str]] = None) -> int:
         try:
             import_google_api_core_without_package_scan()  # its warnings go to the log, as Beam's do
             return command(args, beam_flags)
-        except UsageError as err:  # the whole family, raised where the problem was found (runtime/errors.py)
+        except UsageError as err:  # the whole family, raised where the problem was found (tfrecord_io/usage_errors.py)
             log.record(format_exception(err))
             print(
                 failure_block(args.command, str(err), ["nothing was written"], EXIT_USAGE),

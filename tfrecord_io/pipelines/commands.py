@@ -19,8 +19,8 @@ import os
 import sys
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from tfrecord_io import files
-from tfrecord_io.pipelines.runtime.options import beam_args, command_flags, pipeline_options, runner_section
+from tfrecord_io.pipelines.runtime.beam_options import beam_args, command_flags, pipeline_options, runner_section
+from tfrecord_io.storage import files
 
 
 def _forked_workers(options, *preload: str):
@@ -29,7 +29,7 @@ def _forked_workers(options, *preload: str):
     ``runtime.local_workers``), or None where the runner starts its own."""
     from tfrecord_io.pipelines.runtime.local_workers import fork_workers
 
-    return fork_workers(options, preload=("tfrecord_io.beam_source", "tfrecord_io.beam_sink", *preload))
+    return fork_workers(options, preload=("tfrecord_io.beam.beam_source", "tfrecord_io.beam.beam_sink", *preload))
 
 
 @contextlib.contextmanager
@@ -54,8 +54,8 @@ def _record_job(args, beam_flags: List[str], *preload: str) -> Iterator[Tuple[An
 def cmd_build(args, beam_flags: List[str]) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_io.pipelines.build.config import load_config, parse_overrides
-    from tfrecord_io.pipelines.build.job import run_build
+    from tfrecord_io.pipelines.building.build_config import load_config, parse_overrides
+    from tfrecord_io.pipelines.building.build_job import run_build
     from tfrecord_io.pipelines.runtime.local_workers import fork_workers
 
     overrides = parse_overrides(args.set)
@@ -77,7 +77,7 @@ def cmd_build(args, beam_flags: List[str]) -> int:
     # launcher plans (tfrecord_io/pipelines/runtime/local_workers.py); other runners start their own.
     workers = fork_workers(options, preload=("tfrecord_io.transforms.rows",))
     if getattr(args, "append", False) or getattr(args, "remove", None):
-        from tfrecord_io.pipelines.build.derive_job import run_derive
+        from tfrecord_io.pipelines.building.derive_job import run_derive
 
         with workers or contextlib.nullcontext():
             summary = run_derive(
@@ -105,8 +105,8 @@ def cmd_build(args, beam_flags: List[str]) -> int:
 
 
 def cmd_index(args, beam_flags: List[str]) -> int:
+    from tfrecord_io.dataset.dataset_writer import use_filesystems
     from tfrecord_io.pipelines.index_job import run_index
-    from tfrecord_io.pipelines.runtime.dataset_dir import use_filesystems
     from tfrecord_io.pipelines.runtime.inputs import expand_patterns, no_input_error
     from tfrecord_io.pipelines.runtime.parallelism import record_input_is_small
     from tfrecord_io.pipelines.runtime.progress import ProgressPrinter
@@ -136,11 +136,11 @@ def cmd_index(args, beam_flags: List[str]) -> int:
 
 
 def cmd_validate(args, beam_flags: List[str]) -> int:
-    from tfrecord_io.pipelines.validate import run_validate, summary_lines
+    from tfrecord_io.pipelines.validate_job import run_validate, summary_lines
 
     if args.report:
         _check_writable(args.report, "--report")
-    job = _record_job(args, beam_flags, "tfrecord_io.transforms.validate", "tfrecord_io.pipelines.validate")
+    job = _record_job(args, beam_flags, "tfrecord_io.transforms.validate", "tfrecord_io.pipelines.validate_job")
     with job as (options, progress, workers):
         report = run_validate(args.paths, options, checksums=not args.no_checksums, progress=progress, workers=workers)
     if args.report:
@@ -165,11 +165,11 @@ def cmd_inspect(args, beam_flags: List[str]) -> int:
 
 
 def cmd_reshard(args, beam_flags: List[str]) -> int:
-    from tfrecord_io.pipelines.reshard import parse_where, run_reshard
+    from tfrecord_io.pipelines.reshard_job import parse_where, run_reshard
 
     where = parse_where(args.where)
     compression = "" if args.compression in ("", "none") else args.compression
-    with _record_job(args, beam_flags, "tfrecord_io.pipelines.reshard") as (options, progress, workers):
+    with _record_job(args, beam_flags, "tfrecord_io.pipelines.reshard_job") as (options, progress, workers):
         result = run_reshard(
             args.paths,
             args.output,
@@ -191,7 +191,7 @@ def cmd_reshard(args, beam_flags: List[str]) -> int:
 
 
 def cmd_report(args, beam_flags: List[str]) -> int:
-    from tfrecord_io.pipelines.report.job import run_report
+    from tfrecord_io.pipelines.report.report_job import run_report
 
     with _record_job(args, beam_flags, "tfrecord_io.pipelines.report.stats") as (options, progress, workers):
         summary = run_report(
@@ -209,19 +209,19 @@ def cmd_report(args, beam_flags: List[str]) -> int:
 
 
 def cmd_convert(args, beam_flags: List[str]) -> int:
-    from tfrecord_io.pipelines.convert import cmd_convert as convert
+    from tfrecord_io.pipelines.convert_job import cmd_convert as convert
 
     return convert(args, beam_flags)
 
 
 def cmd_lookup(args, beam_flags: List[str]) -> int:
-    from tfrecord_io.pipelines.lookup import cmd_lookup as lookup
+    from tfrecord_io.pipelines.lookup_job import cmd_lookup as lookup
 
     return lookup(args, beam_flags)
 
 
 def cmd_diff(args, beam_flags: List[str]) -> int:
-    from tfrecord_io.pipelines.diff import cmd_diff as diff
+    from tfrecord_io.pipelines.diff_job import cmd_diff as diff
 
     return diff(args, beam_flags)
 
@@ -229,7 +229,7 @@ def cmd_diff(args, beam_flags: List[str]) -> int:
 def _check_writable(path: str, option: str) -> None:
     """A local file the command writes at its end: its directory must exist and be
     writable now, so a typo costs nothing rather than the whole job."""
-    from tfrecord_io.pipelines.runtime.errors import ArgumentError
+    from tfrecord_io.usage_errors import ArgumentError
 
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
@@ -271,14 +271,14 @@ class BuildState:
         """Called by ``run_build`` once it owns ``version``: the filesystem options
         (S3 credentials ...) are set by then, and nothing is published yet, so this is
         where the ``LATEST`` the run started from is read."""
-        from tfrecord_io.pipelines.runtime.dataset_dir import read_latest
+        from tfrecord_io.dataset.dataset_writer import read_latest
 
         self.version = version
         self.latest_before = read_latest(self.out_dir)
 
     def __call__(self) -> List[str]:
-        from tfrecord_io import files
-        from tfrecord_io.pipelines.runtime.dataset_dir import load_info, read_latest
+        from tfrecord_io.dataset.dataset_writer import load_info, read_latest
+        from tfrecord_io.storage import files
 
         lines = []
         latest = read_latest(self.out_dir)

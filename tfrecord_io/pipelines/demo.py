@@ -65,16 +65,16 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _run(args: argparse.Namespace, beam_flags: List[str]) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_io.pipelines.build.config import load_config
-    from tfrecord_io.pipelines.build.encoders_config import make_encoders
-    from tfrecord_io.pipelines.build.job import run_build
+    from tfrecord_io.dataset import dataset_writer as dataset_dir
+    from tfrecord_io.format.reader import tfrecord_iterator
+    from tfrecord_io.pipelines.building.build_config import load_config
+    from tfrecord_io.pipelines.building.build_job import run_build
+    from tfrecord_io.pipelines.building.encoders_config import make_encoders
     from tfrecord_io.pipelines.demo_data import make_demo_media
-    from tfrecord_io.pipelines.runtime import dataset_dir
+    from tfrecord_io.pipelines.runtime.beam_options import beam_args
     from tfrecord_io.pipelines.runtime.local_workers import fork_workers
-    from tfrecord_io.pipelines.runtime.options import beam_args
     from tfrecord_io.pipelines.runtime.parallelism import record_input_is_small
-    from tfrecord_io.pipelines.validate import run_validate, summary_lines
-    from tfrecord_io.reader import tfrecord_iterator
+    from tfrecord_io.pipelines.validate_job import run_validate, summary_lines
     from tfrecord_io.transforms import decode_example
 
     root = os.path.abspath(args.out)

@@ -20,9 +20,9 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import apache_beam as beam
 
-from tfrecord_io import files
 from tfrecord_io.errors import TFRecordError
-from tfrecord_io.index import create_index, find_index, index_path_for, load_index
+from tfrecord_io.format.index import create_index, find_index, index_path_for, load_index
+from tfrecord_io.storage import files
 
 
 def index_status(path: str) -> Dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Tuple
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_io.codec import BYTES, FLOAT, INT64, Example, uniform_features
+from tfrecord_io.format.codec import BYTES, FLOAT, INT64, Example, uniform_features
 from tfrecord_io.pipelines.runtime.collect import ResultDir
 from tfrecord_io.pipelines.runtime.inputs import no_input_error, resolve_inputs
 from tfrecord_io.pipelines.runtime.progress import CountProgress, ProgressPrinter
@@ -192,8 +192,8 @@ def show_value(value: Any) -> str:
 
 def head_records(paths: List[str], n: int) -> List[Dict[str, Any]]:
     """The first ``n`` records (from the first files), decoded and shown readably."""
-    from tfrecord_io.codec import parse_example
-    from tfrecord_io.reader import tfrecord_iterator
+    from tfrecord_io.format.codec import parse_example
+    from tfrecord_io.format.reader import tfrecord_iterator
 
     out: List[Dict[str, Any]] = []
     for path in paths:
@@ -215,8 +215,8 @@ def _batch_length(batch) -> int:
 
 
 def run_inspect(paths: List[str], options, head: int = 3, progress: bool = True, workers=None) -> Dict[str, Any]:
-    from tfrecord_io.beam_source import ReadAllRecordBatches
-    from tfrecord_io.pipelines.runtime import dataset_dir
+    from tfrecord_io.beam.beam_source import ReadAllRecordBatches
+    from tfrecord_io.dataset import dataset_writer as dataset_dir
 
     dataset_dir.use_filesystems(options, paths)
     files_ = resolve_inputs(paths)

@@ -11,7 +11,7 @@ Retries (schedulers rerun a failed task with the same ``--version``): after a fa
 or killed attempt the build removes its leftovers and builds again; after a
 successful one with the same config and inputs (fingerprint in ``tfrecord_io_info.json``)
 it verifies the published shards and exits 0 without rewriting; a different config
-or input under the same version is refused (exit 2). See ``tfrecord_io/pipelines/build/job.py``.
+or input under the same version is refused (exit 2). See ``tfrecord_io/pipelines/building/build_job.py``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import sys
 from typing import List, Optional, Tuple
 
 from ..errors import TFRecordError
-from ..index import create_index
+from ..format.index import create_index
 
 
 def _jobs(source: str, index: Optional[str]) -> List[Tuple[str, str]]:

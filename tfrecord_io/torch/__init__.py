@@ -13,7 +13,7 @@ shared-memory batch buffers (``free_batch_buffers()`` lets the kept ones go).
 Every iterable dataset here is ``Stateful`` (torchdata): ``state_dict()`` /
 ``load_state_dict()`` resume mid-epoch by seeking to index offsets, not by replaying;
 ``shuffle="global"`` permutes all the records of an epoch; ``s3://``, ``gs://`` and
-``azfs://`` files are read with range requests (``tfrecord_io.remote_reader``).
+``azfs://`` files are read with range requests (``tfrecord_io.format.remote_reader``).
 
 This is the only part of ``tfrecord_io`` that imports torch.
 """

@@ -56,9 +56,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Mapping, Option
 import numpy as np
 import torch
 
-from ..codec import Description, infer_description, parse_example, parse_examples, parse_examples_batch
 from ..errors import ExampleCodecError
-from ..sharding import FileInfo, cut, plan_records, plan_shard, total_records
+from ..format.codec import Description, infer_description, parse_example, parse_examples, parse_examples_batch
+from ..format.sharding import FileInfo, cut, plan_records, plan_shard, total_records
 from .collate import PadCollate
 from .context import make_rng
 from .dataset import IndexSpec, PathSpec, TFRecordDataset

@@ -1,15 +1,15 @@
 """``from_dataset``: a built dataset (``tfrecord-io build``) as a PyTorch dataset, by its
-root, split selection and version (see ``tfrecord_io.dataset_reader``)."""
+root, split selection and version (see ``tfrecord_io.dataset.dataset_reader``)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any, Dict, Optional, Sequence, Union
 
-from .. import remote_reader
-from ..dataset_reader import DatasetSelection, select_dataset
-from ..remote_reader import RemoteObject
-from ..sharding import FileInfo, describe_file
+from ..dataset.dataset_reader import DatasetSelection, select_dataset
+from ..format import remote_reader
+from ..format.remote_reader import RemoteObject
+from ..format.sharding import FileInfo, describe_file
 from .batched import TFRecordBatchDataset
 from .dataset import TFRecordDataset
 from .options import ReadOptions
@@ -30,7 +30,7 @@ def from_dataset(
 
     ``split`` is a TFDS-style selection: ``"train"``, ``"train[:90%]"``,
     ``"train[10%:]"``, ``"validation[:1000]"``, ``"train+validation"`` (percent rounding:
-    ``tfrecord_io.splits``). ``features``: the keys to parse (default: every required,
+    ``tfrecord_io.dataset.splits``). ``features``: the keys to parse (default: every required,
     non-sequence feature of ``tfrecord_io_info.json``), with their recorded types and shapes.
 
     ``batch_size=None``: a ``TFRecordDataset`` of single records (use it with
@@ -49,7 +49,7 @@ def from_dataset(
     (see ``TFRecordDataset``). ``state_dict()``/``load_state_dict()`` resume mid-epoch
     (``StatefulDataLoader``); a state of another root, version, split or seed is refused.
     ``s3://``, ``gs://`` and ``azfs://`` roots are read with range requests, read-ahead and parallel fetches
-    (``tfrecord_io.remote_reader``; its ``configure`` sets the optional local cache).
+    (``tfrecord_io.format.remote_reader``; its ``configure`` sets the optional local cache).
     """
     objects: Dict[str, RemoteObject] = {}
 

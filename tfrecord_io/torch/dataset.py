@@ -4,7 +4,7 @@ record exactly once per epoch across DataLoader workers *and* distributed ranks.
 
 Sharding. Each copy of an iterable dataset reads global shard
 ``rank * num_workers + worker_id`` of ``world_size * num_workers``
-(``tfrecord_io.sharding``): with indexes the files are cut by record count, without them
+(``tfrecord_io.format.sharding``): with indexes the files are cut by record count, without them
 by bytes, each part starting at the first record boundary found by resynchronisation.
 Compressed (GZIP/ZLIB) files cannot be cut: they are dealt out whole, one file per
 shard; when there are fewer compressed files than shards, the shards sharing a file each
@@ -24,7 +24,7 @@ there each pass of a worker also counts, so every epoch still gets a new order. 
 file order across several ranks needs ``seed`` (every rank must order the files alike).
 
 ``shuffle="global"`` replaces the sequential order by one permutation of every record of
-the files per epoch (``tfrecord_io.permutation``, keyed by seed and epoch), cut into
+the files per epoch (``tfrecord_io.dataset.permutation``, keyed by seed and epoch), cut into
 shards as the sequential order is; it needs plain, indexed files (``resume.GlobalSource``
 reads it a window of ``global_window`` positions at a time, in file order).
 
@@ -53,13 +53,14 @@ from typing import (
 
 import torch.utils.data
 
-from .. import iterator_utils, remote_reader
-from ..codec import Description, parse_example, parse_sequence_example
+from .. import iterator_utils
+from ..dataset.path_specs import PathSpec, expand, split_files
 from ..errors import ExampleCodecError, IndexFileError
-from ..path_specs import PathSpec, expand, split_files
-from ..random_access import IndexedRecordReader
-from ..remote_reader import RemoteObject, RemoteObjectChangedError
-from ..sharding import FileInfo, cut, describe_files, plan_shard, shard_count, total_records
+from ..format import remote_reader
+from ..format.codec import Description, parse_example, parse_sequence_example
+from ..format.random_access import IndexedRecordReader
+from ..format.remote_reader import RemoteObject, RemoteObjectChangedError
+from ..format.sharding import FileInfo, cut, describe_files, plan_shard, shard_count, total_records
 from .context import ReadContext, current_context, distributed_rank, draw_torch_seed, make_rng
 from .options import ReadKwargs, ReadOptions
 from .resume import (
@@ -393,7 +394,7 @@ class TFRecordDataset(_ShardedDataset):
     ``shuffle="global"``: each epoch one permutation of all the records (across files),
     read ``global_window`` positions at a time. ``state_dict()``/``load_state_dict()``:
     resume mid-epoch (module doc). ``s3://``, ``gs://`` and ``azfs://`` paths are read with range
-    requests (``tfrecord_io.remote_reader``), each object pinned to the ETag (S3) or
+    requests (``tfrecord_io.format.remote_reader``), each object pinned to the ETag (S3) or
     generation (GCS) it had when listed
     (``remote_objects``: versions stat'ed already, by URL, as ``from_dataset`` passes them).
 

@@ -31,13 +31,14 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import files, remote_reader
+from ..dataset.permutation import Permutation
 from ..errors import TFRecordError
-from ..framing import FRAME_OVERHEAD, FrameStream
-from ..permutation import Permutation
-from ..random_access import _map_local, decode_frame
-from ..remote_reader import RemoteObject
-from ..sharding import FileInfo, Piece, read_piece
+from ..format import remote_reader
+from ..format.framing import FRAME_OVERHEAD, FrameStream
+from ..format.random_access import _map_local, decode_frame
+from ..format.remote_reader import RemoteObject
+from ..format.sharding import FileInfo, Piece, read_piece
+from ..storage import files
 
 #: the state's format; a state of another format is refused, never guessed at
 STATE_FORMAT = "tfrecord_io.torch.state/1"

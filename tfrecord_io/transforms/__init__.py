@@ -62,6 +62,7 @@ from .._lazy import lazy_getattr
 from .checks import check_record, validate_files
 from .config import encoder_from_config, spec_config, spec_from_config, spec_info
 from .decoders import DecodeError, ExampleDecoder, decode_example, decode_image, decode_sequence_example
+from .encode_errors import STAGES, EncodeError, rejected_row
 from .encoders import (
     Array,
     Audio,
@@ -78,7 +79,6 @@ from .encoders import (
     Steps,
     Text,
 )
-from .errors import STAGES, EncodeError, rejected_row
 from .rows import check_spec, encode_features, encode_row, encode_sequence_row
 from .spec import FeatureSpec, description, feature_specs, tf_parse_spec, to_tf_feature_spec
 

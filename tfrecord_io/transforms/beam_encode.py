@@ -20,9 +20,9 @@ from apache_beam.metrics import Metrics
 
 from tfrecord_io.errors import StorageUnavailableError
 
+from .encode_errors import EncodeError, rejected_row
 from .encoders.base import Encoder
 from .encoders.sequence import SequenceEncoder
-from .errors import EncodeError, rejected_row
 from .rows import check_sequence_spec, check_spec, encode_row, encode_sequence_row
 
 NAMESPACE = "tfrecord_io.transforms.beam_encode"

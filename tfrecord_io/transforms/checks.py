@@ -18,12 +18,12 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tfrecord_io import files
-from tfrecord_io.codec import _fast_columns
 from tfrecord_io.errors import StorageUnavailableError
-from tfrecord_io.framing import CorruptRegion
+from tfrecord_io.format.codec import _fast_columns
+from tfrecord_io.format.framing import CorruptRegion
+from tfrecord_io.format.reader import read_records
 from tfrecord_io.proto.example_pb2 import Example, SequenceExample
-from tfrecord_io.reader import read_records
+from tfrecord_io.storage import files
 
 from .spec import FeatureSpec, SpecLike, feature_specs
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Dict, List, Mapping, Optional
 
-from tfrecord_io.codec import TYPE_NAMES, feature_to_numpy
+from tfrecord_io.format.codec import TYPE_NAMES, feature_to_numpy
 from tfrecord_io.proto.example_pb2 import Example, SequenceExample
 
+from .encode_errors import EncodeError
 from .encoders.audio import AudioData
 from .encoders.image import decode_image
-from .errors import EncodeError
 
 
 class DecodeError(EncodeError):

@@ -1,5 +1,5 @@
 """Getting a media value's bytes: from bytes in the row, or from a path on any
-filesystem ``tfrecord_io.files`` can open (local, or ``gs://``/``s3://``/... through
+filesystem ``tfrecord_io.storage.files`` can open (local, or ``gs://``/``s3://``/... through
 Beam's FileSystems).
 
 Failures become :class:`EncodeError` at stage ``read`` with the path, so a missing or
@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, Tuple
 
-from tfrecord_io import files
 from tfrecord_io.errors import StorageUnavailableError
+from tfrecord_io.storage import files
 
-from .errors import EncodeError
+from .encode_errors import EncodeError
 
 
 def load_media(value: Any, max_bytes: Optional[int] = None) -> Tuple[bytes, Optional[str]]:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from tfrecord_io.codec import serialize_example, serialize_sequence_example
 from tfrecord_io.errors import StorageUnavailableError
+from tfrecord_io.format.codec import serialize_example, serialize_sequence_example
 
+from .encode_errors import EncodeError
 from .encoders.base import Encoder
 from .encoders.sequence import SequenceEncoder
-from .errors import EncodeError
 from .spec import FeatureSpec, feature_specs
 
 Spec = Mapping[str, Encoder]

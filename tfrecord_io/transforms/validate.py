@@ -69,7 +69,7 @@ class _SplitRead(beam.PTransform):
         self._specs, self._compression, self._check_crc, self._bundle = specs, compression_type, check_crc, bundle_size
 
     def expand(self, file_entries):
-        from tfrecord_io.beam_source import ReadAllRecordBatches
+        from tfrecord_io.beam.beam_source import ReadAllRecordBatches
 
         read = (
             file_entries

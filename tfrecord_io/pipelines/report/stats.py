@@ -38,7 +38,7 @@ from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tup
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_io.codec import BYTES, FLOAT, INT64, Example
+from tfrecord_io.format.codec import BYTES, FLOAT, INT64, Example
 from tfrecord_io.pipelines.runtime.collect import ResultDir
 from tfrecord_io.pipelines.runtime.progress import CountProgress, ProgressPrinter
 
@@ -440,10 +440,10 @@ def _per_record_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 def _columns_fast(records: List[bytes], columns: List[ReportColumn]) -> Optional[Tuple[Dict[str, str], _Columns]]:
     """``(wire kind per key, parsed batch)`` of a batch whose records share their keys
-    and types (``tfrecord_io.codec.uniform_features``) and have one value in every
+    and types (``tfrecord_io.format.codec.uniform_features``) and have one value in every
     single-value feature a column reads; None for any other batch (the caller then
     observes record by record)."""
-    from tfrecord_io.codec import uniform_features
+    from tfrecord_io.format.codec import uniform_features
 
     uniform = uniform_features(records)
     if uniform is None:
@@ -919,7 +919,7 @@ def run_stats_job(
     """Run the statistics pipeline over ``shards`` (and the dead-letter files). Its
     results come back through ``--temp_location`` or beside ``output`` (the page) when
     the workers may not share this machine's disk (``runtime.collect``)."""
-    from tfrecord_io.beam_source import ReadAllRecordBatches
+    from tfrecord_io.beam.beam_source import ReadAllRecordBatches
 
     rejected_paths = list(rejected_paths)
     by_label = groups_by_label(columns)

@@ -30,8 +30,8 @@ from typing import Any, List, Optional
 
 import apache_beam as beam
 
-from tfrecord_io import files
-from tfrecord_io.pipelines.runtime.dataset_dir import DatasetDirError
+from tfrecord_io.dataset.dataset_writer import DatasetDirError
+from tfrecord_io.storage import files
 
 # Runners whose workers, unless an environment says otherwise, are this machine's processes.
 _LOCAL_RUNNERS = {"directrunner", "switchingdirectrunner", "bundlebaseddirectrunner", "fnapirunner"}

@@ -12,7 +12,7 @@ tracebacks and log lines are written there). The terminal keeps our own output:
 progress, the summary, and on failure the block ``failure_block`` makes::
 
     tfrecord-io inspect failed: CorruptRecordError: data.tfrecord, byte offset 30: corrupt record header: ...
-      where: step 'Read/ReadRanges' (tfrecord_io/beam_source.py:270, process)
+      where: step 'Read/ReadRanges' (tfrecord_io/beam/beam_source.py:270, process)
       state: nothing was written (inspect only reads)
       log:   ~/.cache/tfrecord-io/logs/inspect-20261201T023000Z-4242.log (full tracebacks)
       exit:  1 (the job failed)
@@ -88,7 +88,7 @@ class RootCause:
 
     line: str  # "CorruptRecordError: data.tfrecord, byte offset 30: ..."
     step: Optional[str] = None  # the Beam step, e.g. "Read/ReadRanges"
-    frame: Optional[str] = None  # innermost frame of our code: "tfrecord_io/beam_source.py:270, process"
+    frame: Optional[str] = None  # innermost frame of our code: "tfrecord_io/beam/beam_source.py:270, process"
 
     def where(self) -> Optional[str]:
         parts = []
@@ -116,8 +116,8 @@ def _short_name(name: str) -> str:
 def _our_frame(text: str) -> Optional[str]:
     """Where in this project's code a traceback failed, as ``pkg/file.py:LINE, func``:
     the first of our frames that Beam called (a DoFn: the job's step, e.g.
-    ``tfrecord_io/beam_source.py:LINE, process``), else the outermost of ours past the
-    CLI itself (the job function, e.g. ``tfrecord_io/pipelines/build/job.py:LINE, run_build``)."""
+    ``tfrecord_io/beam/beam_source.py:LINE, process``), else the outermost of ours past the
+    CLI itself (the job function, e.g. ``tfrecord_io/pipelines/building/build_job.py:LINE, run_build``)."""
     first: Optional[str] = None
     beam_seen = False
     for m in _FRAME.finditer(text):
@@ -231,7 +231,7 @@ def access_refused(exc: BaseException, thread_errors: Sequence[BaseException] = 
         for e in _chain(err):
             if isinstance(e, StorageAccessError):
                 frame = _our_frame("".join(traceback.format_tb(e.__traceback__)))
-                if frame and frame.startswith("tfrecord_io/storage_retry.py"):
+                if frame and frame.startswith("tfrecord_io/storage/storage_retry.py"):
                     frame = None  # raised from Beam's retry announcement: says nothing of the job
                 step = _STEP.search(str(e))  # in-process runners append the step to the message
                 return RootCause(

@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from tfrecord_io import files
-from tfrecord_io.index import INDEX_SUFFIXES
-from tfrecord_io.path_specs import has_glob
-from tfrecord_io.pipelines.runtime import dataset_dir
-from tfrecord_io.pipelines.runtime.errors import NoInputError
+from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset.path_specs import has_glob
+from tfrecord_io.format.index import INDEX_SUFFIXES
+from tfrecord_io.storage import files
+from tfrecord_io.usage_errors import NoInputError
 
 
 def dataset_target(paths: List[str]) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:

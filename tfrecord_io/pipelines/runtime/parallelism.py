@@ -22,8 +22,8 @@ import logging
 import os
 from typing import Any, Dict, Iterable, Optional
 
-from tfrecord_io import files
-from tfrecord_io.path_specs import has_glob
+from tfrecord_io.dataset.path_specs import has_glob
+from tfrecord_io.storage import files
 
 #: Record jobs (validate, inspect, report, reshard, index): inputs below this many bytes
 #: run in-process. A single core validates ~60-100 MB/s through Beam here, so 32 MiB

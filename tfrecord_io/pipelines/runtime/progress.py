@@ -17,7 +17,7 @@ stderr. Where that directory is follows the job's results (``runtime.collect``):
 A store that is being retried (Beam retries a failing S3 / GCS request for minutes
 before it gives up) shows on the line as "retrying ...": every process that runs a
 CountProgress writes the last retry it saw to ``retrying.<pid>`` in the progress
-directory (``tfrecord_io/storage_retry.py`` announces them; on shared storage from a
+directory (``tfrecord_io/storage/storage_retry.py`` announces them; on shared storage from a
 thread of its own, never inside Beam's retry loop), and the launcher keeps its own in a
 local directory, so a store that is down - the shared one included - is still named
 on the line.
@@ -36,7 +36,7 @@ from typing import Any, Dict, Optional, TextIO, Tuple
 
 import apache_beam as beam
 
-from tfrecord_io import files, storage_retry
+from tfrecord_io.storage import files, storage_retry
 
 RETRY_PREFIX = "retrying."
 RETRY_FRESH_S = 30.0  # a retry note older than this is over (a success leaves no word)

@@ -14,7 +14,7 @@ import os
 from importlib.metadata import version
 from typing import Dict, List, Sequence
 
-from tfrecord_io.pipelines.runtime.errors import UsageError
+from tfrecord_io.usage_errors import UsageError
 
 # A job server or Prism must match the SDK that submits to it: the files of the
 # installed apache-beam (scripts/fetch-runners builds them for that version too).

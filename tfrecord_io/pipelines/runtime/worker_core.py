@@ -34,7 +34,7 @@ _LOGGER = logging.getLogger(__name__)
 def this_core() -> Dict[str, Any]:
     """This process's record core and where the package came from."""
     import tfrecord_io
-    from tfrecord_io import framing
+    from tfrecord_io.format import framing
 
     return {
         "core": C_CORE if framing.HAVE_SPEEDUPS else PURE_PYTHON,

@@ -21,7 +21,7 @@ from typing import Any, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..errors import EncodeError
+from ..encode_errors import EncodeError
 from ..spec import FeatureSpec
 from .base import Encoder, Features, scalar, text
 

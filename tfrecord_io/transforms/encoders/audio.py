@@ -25,7 +25,7 @@ from typing import Any, List, Mapping, NamedTuple, Optional
 
 import numpy as np
 
-from ..errors import EncodeError
+from ..encode_errors import EncodeError
 from ..media import describe, load_media
 from ..spec import FeatureSpec
 from .base import Encoder, Features, scalar

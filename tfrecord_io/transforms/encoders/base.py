@@ -3,10 +3,10 @@
 An encoder turns one column's value into Example features and back:
 
 - ``encode(value) -> {key_suffix: (value, type)}``: features for one row; raises
-  :class:`~tfrecord_io.transforms.errors.EncodeError` with the stage that failed;
+  :class:`~tfrecord_io.transforms.encode_errors.EncodeError` with the stage that failed;
 - ``feature_specs(column) -> [FeatureSpec]``: the keys it writes, their types and shapes;
 - ``decode(features, column)``: the value back from ``{key: parsed value}`` (what
-  ``tfrecord_io.codec.feature_to_numpy`` gives for each key);
+  ``tfrecord_io.format.codec.feature_to_numpy`` gives for each key);
 - ``to_config()``: its parameters, JSON-ready, for ``tfrecord_io_info.json``.
 
 Keys: an encoder that writes one feature writes it under the column name (or ``key=``);
@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from ..errors import EncodeError
+from ..encode_errors import EncodeError
 from ..spec import FeatureSpec
 
 Features = Dict[str, Tuple[Any, str]]

@@ -55,7 +55,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from ..errors import EncodeError
+from ..encode_errors import EncodeError
 from ..media import describe, load_media
 from ..spec import FeatureSpec
 from .base import Encoder, Features, scalar, text

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..errors import EncodeError
+from ..encode_errors import EncodeError
 from ..spec import FeatureSpec
 from .base import Encoder, Features, scalar
 

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tup
 
 import numpy as np
 
-from ..errors import EncodeError
+from ..encode_errors import EncodeError
 from ..spec import FeatureSpec
 from .audio import Audio
 from .base import ColumnEncoder, Features, scalar

@@ -12,7 +12,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Any, List, Literal, Mapping, Optional, Union, cast
 
-from ..errors import EncodeError
+from ..encode_errors import EncodeError
 from ..spec import FeatureSpec
 from .base import Encoder, Features, scalar
 

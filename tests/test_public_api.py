@@ -1,0 +1,160 @@
+"""The public API, written down: ``import tfrecord_io as tfio`` and its names, the names of
+``tfrecord_io.transforms`` and ``tfrecord_io.torch``, the module paths the ``tfrecord``
+package's users import (this package is a drop-in for it), ``python -m tfrecord_io``, and
+every ``tfrecord_io.x.y`` path README.md and docs/*.md name.
+
+Why: the modules behind these names move (issue #32 grouped the root into sub-packages);
+a move that drops a public name or leaves a documented path dangling fails here, not in a
+user's code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import tfrecord_io as tfio
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+TFIO_NAMES = {
+    "BuildDataset", "CorruptRecordError", "CorruptRegion", "DatasetSelection", "ExampleCodecError",
+    "IndexFileError", "ReadAllFromTFRecord", "ReadDataset", "ReadFromTFRecord", "RecordIndex",
+    "RecordTooLargeError", "RecordWriter", "TFRecordError", "TFRecordWriter", "TruncatedRecordError",
+    "UnknownFeatureError", "WriteToTFRecord", "build_example", "build_index", "build_sequence_example",
+    "create_index", "encode_frame", "example_loader", "find_index", "infer_description", "iter_dataset",
+    "iterator_utils", "load_index", "multi_tfrecord_loader", "open_dataset", "parse_example",
+    "parse_examples_batch", "parse_sequence_example", "read_records", "select_dataset", "sequence_loader",
+    "serialize_example", "serialize_sequence_example", "tfrecord_iterator", "tfrecord_loader", "to_arrow",
+    "to_arrow_batches",
+}  # fmt: skip
+TRANSFORMS_NAMES = {
+    "Array", "Audio", "AudioData", "AudioFrames", "Bytes", "DecodeError", "DecodeExample", "DecodeResult",
+    "DecodeSequenceExample", "EncodeError", "EncodeExample", "EncodeResult", "EncodeSequenceExample", "Encoder",
+    "ExampleDecoder", "FeatureSpec", "Float", "FramesData", "Image", "Int", "Label", "STAGES", "SequenceEncoder",
+    "Steps", "Text", "ValidateTFRecords", "check_record", "check_spec", "decode_example", "decode_image",
+    "decode_sequence_example", "description", "encode_features", "encode_row", "encode_sequence_row",
+    "encoder_from_config", "feature_specs", "rejected_row", "spec_config", "spec_from_config", "spec_info",
+    "tf_parse_spec", "to_tf_feature_spec", "validate_files",
+}  # fmt: skip
+TORCH_NAMES = {
+    "MultiTFRecordDataset", "PadCollate", "PadTo", "ReadContext", "ReadOptions", "RecordDecoder", "StateError",
+    "TFRecordBatchDataset", "TFRecordDataset", "TFRecordIndexedDataset", "batch_tensor", "current_context",
+    "distributed_rank", "free_batch_buffers", "from_dataset", "pad_collate", "pad_stack",
+}  # fmt: skip
+
+# Module paths kept for the ``tfrecord`` package's users (tfrecord.iterator_utils,
+# tfrecord.torch.dataset, tfrecord.tools.tfrecord2idx) and the documented entry modules.
+DOCUMENTED_MODULES = [
+    "tfrecord_io",
+    "tfrecord_io.iterator_utils",
+    "tfrecord_io.tools",
+    "tfrecord_io.tools.tfrecord2idx",
+    "tfrecord_io.transforms",
+    "tfrecord_io.pipelines",
+    "tfrecord_io.pipelines.cli",
+    "tfrecord_io.arrow",
+    "tfrecord_io.errors",
+]
+TORCH_MODULES = ["tfrecord_io.torch", "tfrecord_io.torch.dataset"]
+
+# Dotted words in the docs that are not import paths.
+NOT_PATHS = {"tfrecord_io.shape"}  # an Arrow field-metadata key (docs/interop.md)
+
+
+def test_tfio_names():
+    assert set(tfio.__all__) == TFIO_NAMES
+    for name in sorted(TFIO_NAMES):
+        assert getattr(tfio, name) is not None, name
+
+
+def test_transforms_names():
+    import tfrecord_io.transforms as transforms
+
+    assert set(transforms.__all__) == TRANSFORMS_NAMES
+    for name in sorted(TRANSFORMS_NAMES):
+        assert getattr(transforms, name) is not None, name
+
+
+def test_torch_names():
+    pytest.importorskip("torch")
+    import tfrecord_io.torch as tt
+
+    assert set(tt.__all__) == TORCH_NAMES
+    for name in sorted(TORCH_NAMES):
+        assert getattr(tt, name) is not None, name
+
+
+@pytest.mark.parametrize("module", DOCUMENTED_MODULES)
+def test_documented_modules_import(module):
+    importlib.import_module(module)
+
+
+@pytest.mark.parametrize("module", TORCH_MODULES)
+def test_torch_drop_in_modules_import(module):
+    pytest.importorskip("torch")
+    importlib.import_module(module)
+
+
+def test_drop_in_names_of_the_tfrecord_package():
+    """``tfrecord.reader`` / ``tfrecord.writer`` names are ``tfio`` names; ``iterator_utils``
+    is the same module under both paths."""
+    import tfrecord_io.iterator_utils
+
+    assert tfio.iterator_utils is tfrecord_io.iterator_utils
+    for name in ("tfrecord_iterator", "tfrecord_loader", "example_loader", "sequence_loader",
+                 "multi_tfrecord_loader", "TFRecordWriter"):  # fmt: skip
+        assert callable(getattr(tfio, name))
+
+
+def test_python_dash_m_tfrecord_io_is_the_command():
+    assert importlib.util.find_spec("tfrecord_io.__main__") is not None
+    out = subprocess.run(
+        [sys.executable, "-m", "tfrecord_io", "--help"], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr
+    assert "tfrecord-io" in out.stdout
+
+
+def _documented_paths():
+    paths = set()
+    files = [os.path.join(ROOT, "README.md")]
+    docs = os.path.join(ROOT, "docs")
+    for dirpath, _, names in os.walk(docs):
+        files += [os.path.join(dirpath, n) for n in names if n.endswith(".md")]
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            paths.update(re.findall(r"\btfrecord_io(?:\.[A-Za-z_]\w*)+", f.read()))
+    return sorted(paths - NOT_PATHS)
+
+
+def _resolve(dotted: str) -> object:
+    """Import the longest importable prefix of ``dotted``; the rest are attributes."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        name = ".".join(parts[:i])
+        try:
+            obj = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name and (name == err.name or name.startswith(err.name + ".")):
+                continue
+            raise
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(dotted)
+
+
+@pytest.mark.parametrize("dotted", _documented_paths())
+def test_every_path_the_docs_name_resolves(dotted):
+    if dotted.startswith("tfrecord_io.torch"):
+        pytest.importorskip("torch")
+    if dotted.startswith("tfrecord_io._speedups") and importlib.util.find_spec("tfrecord_io._speedups") is None:
+        pytest.skip("the C core is not built here")
+    _resolve(dotted)
