@@ -158,3 +158,83 @@ def test_every_path_the_docs_name_resolves(dotted):
     if dotted.startswith("tfrecord_io._speedups") and importlib.util.find_spec("tfrecord_io._speedups") is None:
         pytest.skip("the C core is not built here")
     _resolve(dotted)
+
+
+OLD_PATHS = sorted(__import__("tfrecord_io._moved", fromlist=["MOVED"]).MOVED)
+
+
+@pytest.mark.parametrize("old", OLD_PATHS)
+def test_a_module_path_of_0_2_imports_the_moved_module_with_a_warning(old):
+    """Each module path of 0.2 (named in its README and docs) still imports, as the very
+    module at its new place (one copy: same classes, same state), with a
+    DeprecationWarning naming the new path; in a fresh process, so nothing is cached."""
+    new = tfio._moved.new_name(old)
+    code = (
+        "import importlib, sys, warnings\n"
+        "warnings.filterwarnings('error', message='.* moved to ', category=DeprecationWarning)\n"
+        f"new = importlib.import_module({new!r})\n"
+        "warnings.simplefilter('always')\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        f"    old = importlib.import_module({old!r})\n"
+        "mine = [str(w.message) for w in caught if w.category is DeprecationWarning and 'moved to' in str(w.message)]\n"
+        f"copies = [k for k, m in sys.modules.items() if getattr(m, '__name__', None) == {new!r}]\n"
+        f"ours = [m for m in mine if m.startswith({old + ' moved to ' + new!r})]\n"
+        "print(old is new, len(ours), len({id(sys.modules[k]) for k in copies}), ours[0] if ours else '')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    same, warned, objects, message = proc.stdout.strip().split(" ", 3)
+    # the same object under both names; one warning for the module itself (a moved
+    # package's own warning may come first), naming where it is now
+    assert (same, warned, objects) == ("True", "1", "1"), proc.stdout
+    assert "deprecated" in message, proc.stdout
+
+
+def test_a_submodule_of_a_moved_package_is_not_loaded_twice():
+    """``tfrecord_io.pipelines.build.commit`` (a package moved whole) is the module of
+    ``pipelines.building``, not a second copy found on the old package's path."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old = importlib.import_module("tfrecord_io.pipelines.build.commit")
+    assert old is importlib.import_module("tfrecord_io.pipelines.building.commit")
+    assert old.__spec__.name == "tfrecord_io.pipelines.building.commit"
+
+
+def _imported_modules(path: str, module: str):
+    """Every module an ``import`` or ``from ... import`` in ``path`` names (relative ones
+    resolved from ``module``), each ``from X import y`` also as ``X.y``."""
+    import ast
+
+    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(up + ([base] if base else []))
+            yield base
+            for alias in node.names:
+                yield f"{base}.{alias.name}"
+
+
+def test_nothing_in_the_package_imports_a_path_of_0_2():
+    """The package's own imports (also those inside functions) name modules where they
+    are now: an old path would warn in every user's process."""
+    pkg = os.path.join(ROOT, "tfrecord_io")
+    found = []
+    for folder, _, names in os.walk(pkg):
+        for name in names:
+            if not name.endswith(".py") or name == "_moved.py":
+                continue
+            path = os.path.join(folder, name)
+            module = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".").removesuffix(".__init__")
+            for imported in _imported_modules(path, module):
+                if imported.startswith("tfrecord_io.") and tfio._moved.new_name(imported):
+                    found.append(f"{os.path.relpath(path, ROOT)}: {imported}")
+    assert found == []

@@ -11,7 +11,7 @@ its root and a TFDS-style split selection (``"train[:90%]"``).
 
 from __future__ import annotations
 
-from . import iterator_utils
+from . import _moved, iterator_utils
 from ._lazy import lazy_getattr
 from ._version import __version__  # noqa: F401 - the package version
 from .dataset.dataset_reader import DatasetSelection, iter_dataset, select_dataset
@@ -62,6 +62,7 @@ _LAZY = {
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
+_moved.install()  # the module paths of 0.2 (tfrecord_io.files, ...) import, with a DeprecationWarning
 
 
 __all__ = [
