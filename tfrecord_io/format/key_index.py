@@ -596,6 +596,7 @@ class KeyIndexReader:
         pos += 4 * (b + 1)
         blob = bytes(footer[pos : pos + (bounds[-1] if b else 0)])
         self._firsts = [blob[bounds[i] : bounds[i + 1]] for i in range(b)]
+        self._last_block: Optional[Tuple[int, Block]] = None
         if sum(self._block_counts) != self.entries:
             raise KeyIndexError("corrupt key index: block counts do not add up to its entries", path)
 
@@ -627,12 +628,19 @@ class KeyIndexReader:
         return arrays
 
     def get(self, key: str) -> Optional[Entry]:
-        """The entry of ``key``, or None: one bisect in memory, one block read."""
+        """The entry of ``key``, or None: one bisect in memory, one block read (none when
+        the block is the one the last probe read: keys probed in order, as an append's
+        new keys are, mostly share blocks)."""
         k = key.encode("utf-8")
         i = bisect.bisect_right(self._firsts, k) - 1
         if i < 0:
             return None
-        blk = self.block(i)
+        last = self._last_block  # one read of the attribute: safe beside other threads
+        if last is not None and last[0] == i:
+            blk = last[1]
+        else:
+            blk = self.block(i)
+            self._last_block = (i, blk)
         j = blk.find(k)
         return None if j is None else blk.entry(j)
 

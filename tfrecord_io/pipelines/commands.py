@@ -5,7 +5,7 @@ One ``cmd_*`` per command, each a thin shell around the job module's ``run_*``
 (``build.job``, ``index_job``, ``validate``, ``inspect_job``, ``reshard``, ``report.job``);
 the job modules never import this module or the CLI. Job modules are imported when their
 command runs, so ``--help`` stays fast and a missing module is a real error, not a
-missing command. Bad usage is raised where it is found, as a ``runtime.errors.UsageError``:
+missing command. Bad usage is raised where it is found, as a ``usage_errors.UsageError``:
 the CLI turns exactly that family into exit status 2. What a failed ``build`` or
 ``reshard`` leaves is described by :class:`BuildState` and :func:`reshard_state` for the
 CLI's failure block.

@@ -195,7 +195,7 @@ class RunnerConfig:
     options: Dict[str, Any] = _opt((dict,), factory=dict, yaml_default={})
 
     def section(self) -> Dict[str, Any]:
-        """The mapping form ``runtime.options.beam_args`` takes (as a ``--runner-config``
+        """The mapping form ``runtime.beam_options.beam_args`` takes (as a ``--runner-config``
         file's ``runner`` section reads)."""
         return {"runner": self.runner, "options": copy.deepcopy(self.options)}
 
