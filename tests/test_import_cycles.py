@@ -208,6 +208,7 @@ LAYERS: List[Tuple[str, int, Callable[[str], bool]]] = [
                 "tfrecord_io.errors",
                 "tfrecord_io.usage_errors",
                 "tfrecord_io._lazy",
+                "tfrecord_io._moved",
                 "tfrecord_io._version",
                 "tfrecord_io._speedups",
                 "tfrecord_io.proto",
