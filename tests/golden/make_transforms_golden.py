@@ -85,8 +85,8 @@ def make_inputs() -> None:
 
 
 def main() -> None:
-    from tfrecord_io.transforms import encode_row
     from tfrecord_io.format.writer import RecordWriter
+    from tfrecord_io.transforms import encode_row
 
     if not all(os.path.exists(p) for p in (PNG, PNG16, WAV)):
         make_inputs()
