@@ -35,6 +35,7 @@ at its claim, or at its publish (``LATEST`` moved: run it again on the new versi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Any, Dict, Iterable, List, Optional, Tuple
@@ -410,25 +411,22 @@ def _moved_and_removed(cols: KeyColumns, notes: List[Dict[str, Any]]) -> Tuple[K
     """The base's entries with the rewritten shards' records at their new offsets, and
     without the records those rewrites left out; the keys left out. A rewritten shard's
     note lists ``moved``: ``[old offset, new offset]`` of each record it kept."""
-    offsets = cols.offsets
+    offsets = cols.offsets.copy()
     keep = np.ones(len(cols), dtype=bool)
     for n in notes:
         if n.get("moved") is None:
             continue
         rows = np.flatnonzero(cols.shards == n["shard"])
-        if not len(rows):
-            continue
         pairs = np.asarray(n["moved"], dtype=np.int64).reshape(-1, 2)
         table = pairs[np.argsort(pairs[:, 0])]
         old = offsets[rows]
-        at = np.minimum(np.searchsorted(table[:, 0], old), max(len(table) - 1, 0))
-        found = (table[at, 0] == old) if len(table) else np.zeros(len(rows), dtype=bool)
-        if offsets is cols.offsets:
-            offsets = offsets.copy()
+        at = np.searchsorted(table[:, 0], old)
+        found = at < len(table)
+        found[found] = table[at[found], 0] == old[found]
         offsets[rows[found]] = table[at[found], 1]
         keep[rows[~found]] = False
     removed = {cols.key(i) for i in np.flatnonzero(~keep).tolist()}
-    moved = KeyColumns(cols.blob, cols.bounds, cols.shards, offsets, cols.lengths, cols.hashes)
+    moved = dataclasses.replace(cols, offsets=offsets)
     return moved.kept(keep), removed
 
 
