@@ -127,9 +127,9 @@ def main() -> None:
     )
     out = os.path.join(work, "out0")
     sys.path.insert(0, REPO)
-    from tfrecord_io.dataset import dataset_writer as dataset_dir
+    from tfrecord_io.dataset import dataset_writer
 
-    info = dataset_dir.load_info(os.path.join(out, "v2"))
+    info = dataset_writer.load_info(os.path.join(out, "v2"))
     kbytes = sum(e["key_index"]["bytes"] for e in info["splits"].values())
     dbytes = sum(e["bytes"] for e in info["splits"].values())
     print(

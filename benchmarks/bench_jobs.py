@@ -6,7 +6,7 @@ Makes its own dataset (no downloads), ``--records`` records in 16 indexed shards
 - ``--dataset numeric`` (default): small Examples (an int64 ``label`` of 10 classes, 8
   float ``scores``, a 40-byte ``text``; ~150 bytes each) with the metadata
   ``tfrecord-io build`` writes (``tfrecord_io_info.json``: counts, SHA-256 and feature
-  spec per shard; TFDS's ``dataset_info.json`` beside it, by ``dataset_dir.write_info``);
+  spec per shard; TFDS's ``dataset_info.json`` beside it, by ``dataset_writer.write_info``);
 - ``--dataset images``: the dataset of issue #24's table, made by ``tfrecord-io build``
   itself (so it is what a build writes: ``tfrecord_io_info.json``, TFDS's files,
   indexes, ``LATEST``): a CSV manifest of ``--records`` rows over one tiny JPEG (20x20)
@@ -62,12 +62,12 @@ LOCAL_FLAGS = ["--runner=DirectRunner", "--direct_num_workers=2", "--direct_runn
 def make_dataset(root: str, n: int, shards: int = SHARDS) -> None:
     """A version ``v1`` under ``root`` (``LATEST`` -> ``v1``): ``shards`` indexed shards of
     ``n`` small Examples and the metadata a build would write for them
-    (``tfrecord_io_info.json`` and TFDS's files, by ``dataset_dir.write_info``)."""
+    (``tfrecord_io_info.json`` and TFDS's files, by ``dataset_writer.write_info``)."""
     import hashlib
 
     import numpy as np
 
-    from tfrecord_io.dataset import dataset_writer as dataset_dir
+    from tfrecord_io.dataset import dataset_writer
     from tfrecord_io.format.codec import serialize_example
     from tfrecord_io.format.writer import RecordWriter
 
@@ -129,8 +129,8 @@ def make_dataset(root: str, n: int, shards: int = SHARDS) -> None:
     }
     # what a build writes: TFDS's files, then tfrecord_io_info.json (the commit protocol's
     # own function), then LATEST
-    dataset_dir.write_info(version, info)
-    dataset_dir.publish(root, "v1")
+    dataset_writer.write_info(version, info)
+    dataset_writer.publish(root, "v1")
 
 
 IMAGE_LABELS = ["cat", "dog", "bird", "fish"]
@@ -186,11 +186,13 @@ DATASETS = {"numeric": make_dataset, "images": make_image_dataset}
 
 def shard_files(root: str) -> List[str]:
     """The data shards of the dataset at ``root`` (its ``LATEST`` version), sorted."""
-    from tfrecord_io.dataset import dataset_writer as dataset_dir
+    from tfrecord_io.dataset import dataset_writer
 
     with open(os.path.join(root, "LATEST")) as f:
         version_dir = os.path.join(root, f.read().strip())
-    return sorted(s["abspath"] for s in dataset_dir.dataset_shards(version_dir, dataset_dir.load_info(version_dir)))
+    return sorted(
+        s["abspath"] for s in dataset_writer.dataset_shards(version_dir, dataset_writer.load_info(version_dir))
+    )
 
 
 def unindexed_copy(root: str, to: str) -> str:

@@ -2,7 +2,7 @@
 
 Data: a version directory of demo-like Examples (a 64x64 PNG, 0.25 s of 16 kHz
 float32 audio, a caption and a label: ~20 KB per record) in 4 shards per split, with
-the metadata a build writes (``dataset_dir.write_info``: ``tfrecord_io_info.json`` and
+the metadata a build writes (``dataset_writer.write_info``: ``tfrecord_io_info.json`` and
 TFDS's files), written to a temp dir (page cache).
 
 Cases, timed in one run:
@@ -42,7 +42,7 @@ def make_dataset(root: str, records: int) -> str:
     from PIL import Image as PILImage
     from PIL import ImageDraw
 
-    from tfrecord_io.dataset import dataset_writer as dataset_dir
+    from tfrecord_io.dataset import dataset_writer
     from tfrecord_io.dataset.dataset_writer import sha256_file
     from tfrecord_io.transforms.rows import check_spec
 
@@ -113,8 +113,8 @@ def make_dataset(root: str, records: int) -> str:
     }
     # what a build writes: TFDS's files, then tfrecord_io_info.json (the commit protocol's
     # own function), then LATEST
-    dataset_dir.write_info(version, info)
-    dataset_dir.publish(root, "v1")
+    dataset_writer.write_info(version, info)
+    dataset_writer.publish(root, "v1")
     return root
 
 

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.pipelines.demo_data import make_demo_media
 from tfrecord_io.pipelines.runtime import processes
 
@@ -178,20 +178,20 @@ def _assert_one_whole_version(out: str, version: str) -> None:
     """LATEST names ``version``; it holds exactly the files its dataset_info.json lists
     (shards with matching SHA-256, their indexes, each split's key index, the rejected rows) and nothing else;
     the dataset root holds nothing but LATEST and that version."""
-    assert dataset_dir.read_latest(out) == version
-    assert sorted(os.listdir(out)) == sorted([dataset_dir.LATEST_NAME, version])
+    assert dataset_writer.read_latest(out) == version
+    assert sorted(os.listdir(out)) == sorted([dataset_writer.LATEST_NAME, version])
     version_dir = os.path.join(out, version)
-    info = dataset_dir.load_info(version_dir)
+    info = dataset_writer.load_info(version_dir)
     assert info is not None and info["version"] == version
     assert info["rows_in"] == 13 and info["records"] == 12 and info["rejected"] == 1
-    expected = {dataset_dir.INFO_NAME, "rejected-00000-of-00001.jsonl", *info.get("tfds", {}).get("files", [])}
+    expected = {dataset_writer.INFO_NAME, "rejected-00000-of-00001.jsonl", *info.get("tfds", {}).get("files", [])}
     for split in info["splits"].values():
         for shard in split["shards"]:
-            assert dataset_dir.sha256_file(os.path.join(version_dir, shard["path"])) == shard["sha256"]
+            assert dataset_writer.sha256_file(os.path.join(version_dir, shard["path"])) == shard["sha256"]
             expected.add(shard["path"])
             expected.add(shard["index"])
         key_index = split["key_index"]  # each split's key index (lookup, append, diff), checksummed too
-        assert dataset_dir.sha256_file(os.path.join(version_dir, key_index["path"])) == key_index["sha256"]
+        assert dataset_writer.sha256_file(os.path.join(version_dir, key_index["path"])) == key_index["sha256"]
         expected.add(key_index["path"])
     present = {os.path.relpath(os.path.join(d, f), version_dir) for d, _, files in os.walk(version_dir) for f in files}
     assert present == expected, f"unexpected: {sorted(present - expected)}; missing: {sorted(expected - present)}"
@@ -261,8 +261,8 @@ def test_build_attempt_killed_mid_write_is_retried_into_one_whole_version(airflo
                 break
             time.sleep(0.02)
         assert killed, "the build task finished before it could be killed:\n" + _tail(log)
-        assert _shard_files_under(version_dir) and dataset_dir.read_latest(out) is None  # partial, not published
-        assert not os.path.exists(os.path.join(version_dir, dataset_dir.INFO_NAME))
+        assert _shard_files_under(version_dir) and dataset_writer.read_latest(out) is None  # partial, not published
+        assert not os.path.exists(os.path.join(version_dir, dataset_writer.INFO_NAME))
         rc = _wait(proc, DAG_RUN_TIMEOUT)
     finally:
         if proc.poll() is None:

@@ -19,8 +19,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import tfrecord_io
-from tfrecord_io.dataset import dataset_writer as dataset_dir
-from tfrecord_io.dataset import datasets
+from tfrecord_io.dataset import dataset_writer, datasets
 from tfrecord_io.pipelines.building.build_config import load_config
 from tfrecord_io.pipelines.building.build_job import run_build
 from tfrecord_io.storage import files
@@ -82,7 +81,7 @@ def _cfg(media, out, version, **extra):
 def _shard_bytes(version_dir):
     return {
         s["path"]: files.read_bytes(s["abspath"])
-        for s in dataset_dir.dataset_shards(version_dir, datasets.load_info(version_dir))
+        for s in dataset_writer.dataset_shards(version_dir, datasets.load_info(version_dir))
     }
 
 
@@ -133,10 +132,10 @@ def test_retry_after_a_failed_attempt_cleans_up_and_builds(media, tmp_path, monk
     with pytest.raises(Exception, match="injected failure"):
         run_build(_cfg(media, out, "v2"), options(), progress=False)
     assert not os.path.exists(out / "v2")  # the failed run removed what it wrote
-    assert dataset_dir.read_latest(str(out)) == "v1"
+    assert dataset_writer.read_latest(str(out)) == "v1"
     monkeypatch.undo()
     summary = run_build(_cfg(media, out, "v2"), options(), progress=False)
-    assert not summary.reused and dataset_dir.read_latest(str(out)) == "v2"
+    assert not summary.reused and dataset_writer.read_latest(str(out)) == "v2"
 
 
 def test_retry_after_a_killed_attempt_removes_its_leftovers(media, tmp_path):
@@ -158,7 +157,7 @@ def test_retry_after_a_killed_attempt_removes_its_leftovers(media, tmp_path):
     shard = str(version_dir / "train" / "st-train.tfrecord-00000-of-00002")
     listed = {
         s["abspath"]: s["records"]
-        for s in dataset_dir.dataset_shards(str(version_dir), datasets.load_info(str(version_dir)))
+        for s in dataset_writer.dataset_shards(str(version_dir), datasets.load_info(str(version_dir)))
     }
     assert len(list(tfrecord_io.tfrecord_iterator(shard))) == listed[shard] > 0
 
@@ -169,7 +168,7 @@ def test_a_version_being_built_by_a_live_run_is_refused(media, tmp_path):
     (version_dir / "_BUILDING").write_text(
         json.dumps({"run_id": "y" * 32, "host": os.uname().nodename, "pid": os.getpid(), "heartbeat": time.time()})
     )
-    with pytest.raises(dataset_dir.DatasetDirError, match="being built by another run"):
+    with pytest.raises(dataset_writer.DatasetDirError, match="being built by another run"):
         run_build(_cfg(media, tmp_path / "out", "v1"), options(), progress=False)
     assert os.listdir(version_dir) == ["_BUILDING"]
 
@@ -200,7 +199,7 @@ def test_retry_after_success_verifies_and_rewrites_nothing(media, tmp_path):
     with open(shard, "r+b") as f:
         f.seek(20)
         f.write(b"\xff")
-    with pytest.raises(dataset_dir.DatasetDirError, match="fails verification"):
+    with pytest.raises(dataset_writer.DatasetDirError, match="fails verification"):
         run_build(_cfg(media, out, "20261130T020000"), options(), progress=False)
 
 
@@ -235,7 +234,7 @@ def test_two_builds_at_once_publish_distinct_whole_versions(media, tmp_path):
     assert len(versions) == 2
     for v in versions:
         assert datasets.load_info(str(out / v))["records"] == 12
-    assert dataset_dir.read_latest(str(out)) in versions
+    assert dataset_writer.read_latest(str(out)) in versions
 
 
 # ---------------------------------------------------------------- S3 (versitygw)
@@ -382,18 +381,18 @@ def test_two_runs_claiming_one_s3_version_at_once_only_one_wins(s3_fs, s3_bucket
     import threading
 
     if store == "conditional-put":
-        monkeypatch.setattr(dataset_dir, "CLAIM_SETTLE_S", 3600.0)
+        monkeypatch.setattr(dataset_writer, "CLAIM_SETTLE_S", 3600.0)
     else:
         monkeypatch.setattr(files, "_s3_put_if_absent", lambda path, data: None)
     version_dir = s3_bucket + f"/ds-{store}/v1"
-    claims = [dataset_dir.BuildClaim(version_dir) for _ in range(2)]
+    claims = [dataset_writer.BuildClaim(version_dir) for _ in range(2)]
     outcomes = {}
 
     def claim(i):
         try:
             claims[i].acquire()
             outcomes[i] = "won"
-        except dataset_dir.VersionTaken as err:
+        except dataset_writer.VersionTaken as err:
             outcomes[i] = str(err)
 
     threads = [threading.Thread(target=claim, args=(i,), daemon=True) for i in range(2)]
@@ -405,9 +404,9 @@ def test_two_runs_claiming_one_s3_version_at_once_only_one_wins(s3_fs, s3_bucket
     assert sorted(o == "won" for o in outcomes.values()) == [False, True], outcomes
     winner = next(i for i, o in outcomes.items() if o == "won")
     assert "being built by another run" in outcomes[1 - winner]
-    assert dataset_dir.read_marker(version_dir)["run_id"] == claims[winner].run_id
+    assert dataset_writer.read_marker(version_dir)["run_id"] == claims[winner].run_id
     claims[winner].release()
-    assert dataset_dir.read_marker(version_dir) is None
+    assert dataset_writer.read_marker(version_dir) is None
 
 
 def test_put_if_absent_on_s3_is_refused_once_the_object_exists(s3_fs, s3_bucket):
@@ -429,11 +428,11 @@ def test_a_claim_whose_put_response_was_lost_is_still_this_runs(s3_fs, s3_bucket
     args = [a for a in s3_fs.pipeline_args() if not a.startswith("--s3_endpoint_url")]
     FileSystems.set_options(PipelineOptions([*args, f"--s3_endpoint_url={proxy.endpoint}"]))
     version_dir = s3_bucket + "/lost-response/v1"
-    claim = dataset_dir.BuildClaim(version_dir)
+    claim = dataset_writer.BuildClaim(version_dir)
     try:
         claim.acquire()
         assert proxy.connections >= 2  # the response was cut and the PUT sent again
-        assert dataset_dir.read_marker(version_dir)["run_id"] == claim.run_id
+        assert dataset_writer.read_marker(version_dir)["run_id"] == claim.run_id
     finally:
         claim.release()
         FileSystems.set_options(PipelineOptions(s3_fs.pipeline_args()))

@@ -18,8 +18,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that
 
 import tfrecord_io
-from tfrecord_io.dataset import dataset_writer as dataset_dir
-from tfrecord_io.dataset import datasets
+from tfrecord_io.dataset import dataset_writer, datasets
 from tfrecord_io.pipelines.building import commit
 from tfrecord_io.pipelines.building.build_config import load_config
 from tfrecord_io.pipelines.building.build_job import run_build
@@ -72,7 +71,7 @@ def _dir_config(path, directory, out, **extra):
 
 def _shards(version_dir):
     info = datasets.load_info(version_dir)
-    return {s["path"]: files.read_bytes(s["abspath"]) for s in dataset_dir.dataset_shards(version_dir, info)}
+    return {s["path"]: files.read_bytes(s["abspath"]) for s in dataset_writer.dataset_shards(version_dir, info)}
 
 
 def _rejected(version_dir):
@@ -207,7 +206,7 @@ def test_finalize_run_again_changes_nothing(demo, tmp_path):
     root, config = demo
     cfg = load_config(config, [("output.dir", str(tmp_path / "o")), ("output.version", "v1")])
     summary = run_build(cfg, options(), progress=False)
-    info_path = os.path.join(summary.version_dir, dataset_dir.INFO_NAME)
+    info_path = os.path.join(summary.version_dir, dataset_writer.INFO_NAME)
     before = open(info_path, "rb").read()
     info = json.loads(before)
     spec = BuildSpec(cfg, cfg["output"]["dir"], "v1", "run")
@@ -216,7 +215,7 @@ def test_finalize_run_again_changes_nothing(demo, tmp_path):
     )
     assert again["fingerprint"] == info["fingerprint"]
     assert open(info_path, "rb").read() == before
-    assert dataset_dir.read_latest(str(tmp_path / "o")) == "v1"
+    assert dataset_writer.read_latest(str(tmp_path / "o")) == "v1"
     assert not os.path.exists(os.path.join(summary.version_dir, "_BUILDING"))
 
 
@@ -312,14 +311,14 @@ def test_the_pipelines_claim_is_idempotent_for_its_run_and_refuses_others(tmp_pa
     refused; a dead run's leftovers are removed; a published version is reused only
     from the same fingerprint."""
     version_dir = str(tmp_path / "v1")
-    launcher = dataset_dir.BuildClaim(version_dir, run_id="run-a")
+    launcher = dataset_writer.BuildClaim(version_dir, run_id="run-a")
     launcher.acquire()
     try:
-        assert dataset_dir.claim_for_run(version_dir, "run-a", "fp")["state"] == "new"
-        marker = dataset_dir.read_marker(version_dir)
+        assert dataset_writer.claim_for_run(version_dir, "run-a", "fp")["state"] == "new"
+        marker = dataset_writer.read_marker(version_dir)
         assert (marker["run_id"], marker["pid"]) == ("run-a", os.getpid())
-        with pytest.raises(dataset_dir.VersionTaken):
-            dataset_dir.claim_for_run(version_dir, "run-b", "fp")
+        with pytest.raises(dataset_writer.VersionTaken):
+            dataset_writer.claim_for_run(version_dir, "run-b", "fp")
     finally:
         launcher.release()
     # a dead attempt: a leftover shard and a marker without heartbeat
@@ -327,14 +326,14 @@ def test_the_pipelines_claim_is_idempotent_for_its_run_and_refuses_others(tmp_pa
     open(os.path.join(version_dir, "train", "left-over"), "w").close()
     with open(os.path.join(version_dir, "_BUILDING"), "w") as f:
         json.dump({"run_id": "dead", "host": "elsewhere", "pid": None, "heartbeat": 0}, f)
-    assert dataset_dir.claim_for_run(version_dir, "run-c", "fp")["state"] == "new"
+    assert dataset_writer.claim_for_run(version_dir, "run-c", "fp")["state"] == "new"
     assert not os.path.exists(os.path.join(version_dir, "train", "left-over"))
-    assert dataset_dir.read_marker(version_dir)["run_id"] == "run-c"
-    assert dataset_dir.claim_for_run(version_dir, "run-c", "fp")["state"] == "new"  # a retried stage
-    dataset_dir.write_info(version_dir, {"fingerprint": "fp", "name": "x"})
-    assert dataset_dir.claim_for_run(version_dir, "run-d", "fp")["state"] == "published"
-    with pytest.raises(dataset_dir.DatasetDirError, match=dataset_dir.FINGERPRINT_CONFLICT):
-        dataset_dir.claim_for_run(version_dir, "run-d", "other")
+    assert dataset_writer.read_marker(version_dir)["run_id"] == "run-c"
+    assert dataset_writer.claim_for_run(version_dir, "run-c", "fp")["state"] == "new"  # a retried stage
+    dataset_writer.write_info(version_dir, {"fingerprint": "fp", "name": "x"})
+    assert dataset_writer.claim_for_run(version_dir, "run-d", "fp")["state"] == "published"
+    with pytest.raises(dataset_writer.DatasetDirError, match=dataset_writer.FINGERPRINT_CONFLICT):
+        dataset_writer.claim_for_run(version_dir, "run-d", "other")
 
 
 def test_build_dataset_over_a_parquet_read(tmp_path):
@@ -378,7 +377,7 @@ def test_build_dataset_over_a_parquet_read(tmp_path):
     assert (info["rows_in"], info["records"], info["rejected"]) == (12, 12, 0)
     widths = sorted(
         int(tfrecord_io.parse_example(bytes(r))["image/width"][0])
-        for s in dataset_dir.dataset_shards(version_dir, info)
+        for s in dataset_writer.dataset_shards(version_dir, info)
         for r in tfrecord_io.tfrecord_iterator(s["abspath"])
     )
     assert widths == sorted(6 + i % 4 for i in range(12))
@@ -415,7 +414,7 @@ def test_a_failure_after_finalize_keeps_the_version_it_published(demo, tmp_path,
     version_dir = str(out / "v2")
     assert datasets.read_latest(str(out)) == "v2"
     info = datasets.load_info(version_dir)
-    assert info is not None and dataset_dir.verify_version(version_dir, info) == []
+    assert info is not None and dataset_writer.verify_version(version_dir, info) == []
     assert info["records"] == 18 and not os.path.exists(os.path.join(version_dir, "_BUILDING"))
     assert f"version {version_dir} was published by this run before the failure" in logged[-1], logged
     lines = state()
@@ -435,7 +434,7 @@ def test_finalize_refuses_to_publish_once_the_claim_is_not_its_runs(tmp_path):
         if marker:
             os.makedirs(spec.version_dir, exist_ok=True)
             with open(os.path.join(spec.version_dir, "_BUILDING"), "wb") as f:
-                f.write(dataset_dir.marker_body(marker, None))
+                f.write(dataset_writer.marker_body(marker, None))
         with pytest.raises(commit.ClaimWithdrawn, match="no longer this run's"):
             commit.finalize(spec, [], {"rows": 0, "vocab": {}}, {}, claim)
         assert datasets.load_info(spec.version_dir) is None

@@ -55,7 +55,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrecord_io.beam.beam_io import ReadFromTFRecord
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.format.reader import read_records
 from tfrecord_io.format.writer import RecordWriter
 from tfrecord_io.pipelines.building.build_config import load_config
@@ -184,7 +184,7 @@ def version_files(version_dir: str) -> Dict[str, bytes]:
         for name in names:
             path = os.path.join(root, name)
             rel = os.path.relpath(path, version_dir)
-            if rel != dataset_dir.INFO_NAME:
+            if rel != dataset_writer.INFO_NAME:
                 with open(path, "rb") as f:
                     found[rel] = f.read()
     return found
@@ -192,7 +192,7 @@ def version_files(version_dir: str) -> Dict[str, bytes]:
 
 def comparable_info(version_dir: str) -> Dict[str, Any]:
     """tfrecord_io_info.json without what differs by design (creation time, run id, output dir, version name)."""
-    info = dataset_dir.load_info(version_dir)
+    info = dataset_writer.load_info(version_dir)
     info.pop("created_utc")
     info.pop("version")
     info.pop("run_id")  # which run wrote it: as run-specific as created_utc
@@ -403,7 +403,7 @@ def test_build_on_the_cluster_equals_the_direct_runner(cluster, s3_server, clust
     assert build.returncode == 0, build.stderr
     assert "written: 24" in build.stdout and "rejected: 1" in build.stdout, build.stdout  # the truncated JPEG
     root = cluster_dataset["root"]
-    assert dataset_dir.read_latest(s3_server.object_path(root)) == "v1"
+    assert dataset_writer.read_latest(s3_server.object_path(root)) == "v1"
     # versitygw keeps each object as a file: compare the bytes behind s3://.../v1/...
     assert_same_build(s3_server.object_path(f"{root}/v1"), os.path.join(direct_build, "v1"))
 
@@ -435,7 +435,7 @@ def test_report_on_the_cluster(cluster, s3_server, cluster_dataset, tmp_path):
     root = _built(cluster_dataset)
     page = str(tmp_path / "report.html")
     done = cluster_job(cluster, s3_server, "report", root, "--output", page)
-    info = dataset_dir.load_info(s3_server.object_path(f"{root}/v1"))
+    info = dataset_writer.load_info(s3_server.object_path(f"{root}/v1"))
     counts = ", ".join(f"{split} {info['splits'][split]['records']}" for split in ("train", "validation", "test"))
     assert f"records {counts}" in done.stdout, done.stdout
     with open(page, encoding="utf-8") as f:
@@ -659,16 +659,16 @@ def test_a_worker_killed_during_a_build(cluster, target, s3_server, s3_bucket, s
     print(f"{cluster.engine}, {killed} killed: exit {build.returncode}\n{stdout}\n{stderr}")
     if expected == "recovers":
         assert build.returncode == 0, f"{cluster.engine} did not recover from killing {killed}: {stderr}"
-        assert dataset_dir.read_latest(local_out) == "v2"
+        assert dataset_writer.read_latest(local_out) == "v2"
         assert_same_build(os.path.join(local_out, "v2"), os.path.join(direct_build, "v1"))
     else:
         assert build.returncode == 1, f"{cluster.engine}: the build did not fail although {killed} was killed: {stderr}"
         assert "Traceback" not in stderr and "\tat " not in stderr, stderr  # one message, no stacks
         assert "tfrecord-io build failed:" in stderr, stderr
         assert "LATEST still points at v1" in stderr, stderr
-        assert dataset_dir.read_latest(local_out) == "v1"
-        assert not os.path.exists(os.path.join(local_out, "v2", dataset_dir.INFO_NAME))
-        v1_files = [*version_files(os.path.join(direct_build, "v1")), dataset_dir.INFO_NAME]
+        assert dataset_writer.read_latest(local_out) == "v1"
+        assert not os.path.exists(os.path.join(local_out, "v2", dataset_writer.INFO_NAME))
+        v1_files = [*version_files(os.path.join(direct_build, "v1")), dataset_writer.INFO_NAME]
         _, differing, unreadable = filecmp.cmpfiles(
             os.path.join(local_out, "v1"), os.path.join(direct_build, "v1"), v1_files, shallow=False
         )

@@ -15,7 +15,7 @@ import pytest
 
 import tfrecord_io
 from tfrecord_io import arrow
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.format import codec
 from tfrecord_io.format.reader import read_records
 from tfrecord_io.pipelines.convert_job import ConvertError, run_convert
@@ -30,7 +30,7 @@ def built(demo_build):
 
 
 def _records_by_split(version_dir):
-    info = dataset_dir.load_info(version_dir)
+    info = dataset_writer.load_info(version_dir)
     out = {}
     for split, entry in info["splits"].items():
         out[split] = Counter(
@@ -48,7 +48,7 @@ def _tfrecords(pattern):
 def test_dataset_to_parquet_and_back_keeps_every_example(built, tmp_path):
     root, version_dir = built
     originals = _records_by_split(version_dir)
-    info = dataset_dir.load_info(version_dir)
+    info = dataset_writer.load_info(version_dir)
     pq_dir = str(tmp_path / "pq")
     summary = run_convert([root], "parquet", pq_dir, options(), num_shards=2)
     assert summary.records == 18 and len(summary.files) == 2
@@ -70,7 +70,7 @@ def test_dataset_to_parquet_and_back_keeps_every_example(built, tmp_path):
 
 def test_split_as_folder_and_a_selection(built, tmp_path):
     root, version_dir = built
-    info = dataset_dir.load_info(version_dir)
+    info = dataset_writer.load_info(version_dir)
     out = str(tmp_path / "pq")
     run_convert([root], "parquet", out, options(), split="train[:50%]", split_as="folder")
     files = glob.glob(os.path.join(out, "train", "data-*.parquet"))
@@ -335,7 +335,7 @@ def _dataset_with_a_bad_record(built, tmp_path):
     copy = str(tmp_path / "bad-ds")
     shutil.copytree(root, copy)
     version_dir = os.path.join(copy, "v1")
-    info = dataset_dir.load_info(version_dir)
+    info = dataset_writer.load_info(version_dir)
     split = max(info["splits"], key=lambda s: info["splits"][s]["records"])
     shard = os.path.join(version_dir, info["splits"][split]["shards"][0]["path"])
     records = [bytes(d) for _, d in read_records(shard)]

@@ -21,7 +21,7 @@ import time
 import pytest
 
 import tfrecord_io as tfio
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.pipelines.building.build_job import run_build
 from tfrecord_io.pipelines.runtime import failures, processes
 from tfrecord_io.pipelines.runtime.local_workers import PROCESS_NAME
@@ -74,7 +74,7 @@ def _wait_for_workers(proc, out, count=2, timeout=180, writing=False):
         workers = [p for p in processes.descendants(proc.pid) if _is_worker(p)]
         version_dir = out / "v2"
         written = version_dir.exists() and (
-            not writing or any(name != dataset_dir.BUILDING_NAME for name in os.listdir(version_dir))
+            not writing or any(name != dataset_writer.BUILDING_NAME for name in os.listdir(version_dir))
         )
         if len(workers) >= count and written:
             return workers
@@ -86,18 +86,18 @@ def _wait_for_workers(proc, out, count=2, timeout=180, writing=False):
 
 def assert_readers_see_whole_data(out, latest="v1"):
     """What a reader that follows LATEST or tfrecord_io_info.json finds is whole."""
-    assert dataset_dir.read_latest(str(out)) == latest
+    assert dataset_writer.read_latest(str(out)) == latest
     for name in os.listdir(out):
         version_dir = out / name
         if not version_dir.is_dir():
             continue
-        info = dataset_dir.load_info(str(version_dir))
+        info = dataset_writer.load_info(str(version_dir))
         if info is None:
             continue  # no tfrecord_io_info.json: no reader takes it
         for split in info["splits"].values():
             for shard in split["shards"]:
                 path = str(version_dir / shard["path"])
-                assert dataset_dir.sha256_file(path) == shard["sha256"], path
+                assert dataset_writer.sha256_file(path) == shard["sha256"], path
                 assert sum(1 for _ in tfio.tfrecord_iterator(path)) == shard["records"], path
 
 
@@ -158,7 +158,7 @@ def test_a_signal_between_the_claim_and_the_pipeline_removes_the_claimed_version
     said = []
 
     def signalled(version):
-        assert (out / version / dataset_dir.BUILDING_NAME).exists()  # claimed
+        assert (out / version / dataset_writer.BUILDING_NAME).exists()  # claimed
         raise failures.Terminated(signal.SIGTERM)
 
     with pytest.raises(failures.Terminated):
@@ -168,7 +168,7 @@ def test_a_signal_between_the_claim_and_the_pipeline_removes_the_claimed_version
     assert_readers_see_whole_data(out)
 
 
-class _ClaimCutShort(dataset_dir.BuildClaim):
+class _ClaimCutShort(dataset_writer.BuildClaim):
     """A claim that SIGTERM interrupts at ``where``: while writing its marker, or once
     the marker is whole (starting the heartbeat)."""
 
@@ -198,12 +198,12 @@ def test_a_claim_cut_short_takes_itself_back(tmp_path, where):
     assert not version_dir.exists()
     assert claim._thread is None or not claim._thread.is_alive()
 
-    holder = dataset_dir.BuildClaim(str(version_dir))
+    holder = dataset_writer.BuildClaim(str(version_dir))
     holder.acquire()
     try:
-        with pytest.raises(dataset_dir.VersionTaken):
-            dataset_dir.BuildClaim(str(version_dir)).acquire()
-        assert dataset_dir.read_marker(str(version_dir))["run_id"] == holder.run_id
+        with pytest.raises(dataset_writer.VersionTaken):
+            dataset_writer.BuildClaim(str(version_dir)).acquire()
+        assert dataset_writer.read_marker(str(version_dir))["run_id"] == holder.run_id
     finally:
         holder.release()
 
@@ -246,10 +246,10 @@ def test_sigterm_after_the_version_is_published_keeps_it(media, tmp_path):
         start_new_session=True,
     )
     deadline = time.monotonic() + 300
-    while dataset_dir.read_latest(str(out)) != "v2" and proc.poll() is None and time.monotonic() < deadline:
+    while dataset_writer.read_latest(str(out)) != "v2" and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()
-    assert dataset_dir.read_latest(str(out)) == "v2"
+    assert dataset_writer.read_latest(str(out)) == "v2"
     proc.send_signal(signal.SIGTERM)
     code, _, err = _finish(proc)
     assert code == 128 + signal.SIGTERM, err
@@ -259,7 +259,7 @@ def test_sigterm_after_the_version_is_published_keeps_it(media, tmp_path):
     assert "removed" not in err and "Traceback" not in err, err
     assert (out / "v2").is_dir()
     assert_readers_see_whole_data(out, latest="v2")
-    assert dataset_dir.load_info(str(out / "v2"))["records"] == 12
+    assert dataset_writer.load_info(str(out / "v2"))["records"] == 12
 
 
 def _can_mount_tmpfs(target):

@@ -24,8 +24,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that
 
 import tfrecord_io
-from tfrecord_io.dataset import dataset_writer as dataset_dir
-from tfrecord_io.dataset import datasets
+from tfrecord_io.dataset import dataset_writer, datasets
 from tfrecord_io.errors import StorageAccessError
 from tfrecord_io.storage import files, gcs_clients
 
@@ -67,7 +66,7 @@ def _config(path, directory, out):
 
 def _shards(version_dir):
     info = datasets.load_info(version_dir)
-    return {s["path"]: files.read_bytes(s["abspath"]) for s in dataset_dir.dataset_shards(version_dir, info)}
+    return {s["path"]: files.read_bytes(s["abspath"]) for s in dataset_writer.dataset_shards(version_dir, info)}
 
 
 @pytest.fixture
@@ -197,16 +196,16 @@ def test_two_runs_claiming_one_gcs_version_at_once_only_one_wins(gcs_fs, gcs_buc
     """The claim is an upload with ``if_generation_match=0``: one run wins at once, the
     other is refused without the last-writer-wins wait (made an hour here: a claim that
     waited would not finish)."""
-    monkeypatch.setattr(dataset_dir, "CLAIM_SETTLE_S", 3600.0)
+    monkeypatch.setattr(dataset_writer, "CLAIM_SETTLE_S", 3600.0)
     version_dir = gcs_bucket + "/ds/v1"
-    claims = [dataset_dir.BuildClaim(version_dir) for _ in range(2)]
+    claims = [dataset_writer.BuildClaim(version_dir) for _ in range(2)]
     outcomes = {}
 
     def claim(i):
         try:
             claims[i].acquire()
             outcomes[i] = "won"
-        except dataset_dir.VersionTaken as err:
+        except dataset_writer.VersionTaken as err:
             outcomes[i] = str(err)
 
     threads = [threading.Thread(target=claim, args=(i,), daemon=True) for i in range(2)]
@@ -218,9 +217,9 @@ def test_two_runs_claiming_one_gcs_version_at_once_only_one_wins(gcs_fs, gcs_buc
     assert sorted(o == "won" for o in outcomes.values()) == [False, True], outcomes
     winner = next(i for i, o in outcomes.items() if o == "won")
     assert "being built by another run" in outcomes[1 - winner]
-    assert dataset_dir.read_marker(version_dir)["run_id"] == claims[winner].run_id
+    assert dataset_writer.read_marker(version_dir)["run_id"] == claims[winner].run_id
     claims[winner].release()
-    assert dataset_dir.read_marker(version_dir) is None
+    assert dataset_writer.read_marker(version_dir) is None
 
 
 def test_gcs_folder_build_and_every_job_kill_and_retry(gcs_fs, gcs_bucket, images, tmp_path):

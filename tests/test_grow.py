@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import tfrecord_io
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.pipelines.diff_job import diff_versions
 
 from tests.pipeline_support import IN_PROCESS, run_cli
@@ -46,7 +46,7 @@ def _build(*args):
 
 def _all(out, version=None):
     rows = {}
-    info = dataset_dir.load_info(os.path.join(out, version or dataset_dir.read_latest(out)))
+    info = dataset_writer.load_info(os.path.join(out, version or dataset_writer.read_latest(out)))
     for split in info["splits"]:
         for ex in tfrecord_io.iter_dataset(out, split, version):
             t = ex["text"]
@@ -71,21 +71,23 @@ def test_append_adds_new_keys_carries_shards_and_keeps_splits(base):
     assert proc.returncode == 0, proc.stderr
     assert "append on version v1: 8 shards carried unchanged" in proc.stdout
     assert "rows skipped (key already in v1, on_existing: skip): 10" in proc.stdout
-    assert dataset_dir.read_latest(out) == "v2"
+    assert dataset_writer.read_latest(out) == "v2"
     after = _all(out)
     assert set(after) == set(range(130))
     for i in range(100):
         assert after[i] == before[i]  # skipped rows keep their old content, every split unchanged
     assert all(after[i][1] == f"new {i}" for i in range(100, 130))
-    info = dataset_dir.load_info(os.path.join(out, "v2"))
+    info = dataset_writer.load_info(os.path.join(out, "v2"))
     assert info["base"] == "v1" and info["records"] == 130
     for split, entry in info["splits"].items():
         names = [s["path"] for s in entry["shards"]]
         n = len(names)
         assert n == 5 and all(name.endswith(f"-of-{n:05d}") for name in names)
-        for old, new in zip(dataset_dir.load_info(os.path.join(out, "v1"))["splits"][split]["shards"], entry["shards"]):
+        for old, new in zip(
+            dataset_writer.load_info(os.path.join(out, "v1"))["splits"][split]["shards"], entry["shards"]
+        ):
             assert os.path.samefile(os.path.join(out, "v1", old["path"]), os.path.join(out, "v2", new["path"]))
-    assert dataset_dir.verify_version(os.path.join(out, "v2"), info) == []
+    assert dataset_writer.verify_version(os.path.join(out, "v2"), info) == []
     # the keys are found in their (unchanged) splits by the new key index
     with tfrecord_io.open_dataset(out) as ds:
         assert ds.get("120")["id"].tolist() == [120] and ds.get("5")["id"].tolist() == [5]
@@ -103,7 +105,7 @@ def test_append_replace_rewrites_only_shards_with_replaced_rows(base):
     assert proc.returncode == 0, proc.stderr
     after = _all(out)
     assert after[3][1] == "replaced 3" and after[200][1] == "replaced 200" and len(after) == 101
-    info = dataset_dir.load_info(os.path.join(out, "v2"))
+    info = dataset_writer.load_info(os.path.join(out, "v2"))
     # the shard that held 3, and one new shard in each split a new row went to
     assert info["changes"]["shards_written"] == 1 + len({after[3][0], after[200][0]})
     d = diff_versions(out, "v1", "v2")
@@ -122,7 +124,7 @@ def test_append_with_existing_key_is_refused_by_default(base):
     proc = _build(config, "--append", "--version", "v2")
     assert proc.returncode != 0
     assert "key '7'" in proc.stderr and "already in the base version" in proc.stderr
-    assert dataset_dir.read_latest(out) == "v1" and not os.path.exists(os.path.join(out, "v2"))
+    assert dataset_writer.read_latest(out) == "v1" and not os.path.exists(os.path.join(out, "v2"))
 
 
 def test_append_refuses_a_config_that_changes_the_records(base):
@@ -135,7 +137,7 @@ def test_append_refuses_a_config_that_changes_the_records(base):
     config = _config(tmp_path, manifest, out, columns={"id": "int", "text": "text", "label": {"encoder": "float"}})
     proc = _build(config, "--append")
     assert proc.returncode == 2 and "columns.label" in proc.stderr
-    assert dataset_dir.read_latest(out) == "v1"
+    assert dataset_writer.read_latest(out) == "v1"
 
 
 def test_remove_rewrites_only_affected_shards_and_names_missing_keys(base):
@@ -148,11 +150,11 @@ def test_remove_rewrites_only_affected_shards_and_names_missing_keys(base):
     assert "keys not found in v1 (1): 'not-a-key'" in proc.stdout
     after = _all(out)
     assert set(after) == set(range(100)) - {4, 17}
-    info = dataset_dir.load_info(os.path.join(out, "v2"))
+    info = dataset_writer.load_info(os.path.join(out, "v2"))
     changes = info["changes"]
     assert changes["operation"] == "remove" and changes["not_found"] == ["not-a-key"]
     assert sum(s["removed"] for s in changes["splits"].values()) == 2
-    v1 = dataset_dir.load_info(os.path.join(out, "v1"))
+    v1 = dataset_writer.load_info(os.path.join(out, "v1"))
     rewritten = [
         s["path"]
         for split, e in info["splits"].items()
@@ -179,7 +181,7 @@ def test_a_second_append_onto_the_same_base_is_refused_while_one_runs(base):
         assert proc.returncode == 2 and "another append or remove onto version v1 is running" in proc.stderr
     finally:
         claim.release()
-    assert dataset_dir.read_latest(out) == "v1"
+    assert dataset_writer.read_latest(out) == "v1"
 
 
 def test_a_killed_append_leaves_the_previous_version_current(base):
@@ -211,13 +213,13 @@ def test_a_killed_append_leaves_the_previous_version_current(base):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the launcher and anything it started
         proc.wait()
-    assert dataset_dir.read_latest(out) == "v1"
-    assert dataset_dir.load_info(os.path.join(out, "v2")) is None  # nothing a reader takes for whole
+    assert dataset_writer.read_latest(out) == "v1"
+    assert dataset_writer.load_info(os.path.join(out, "v2")) is None  # nothing a reader takes for whole
     assert _all(out) == _all(out, "v1")
     # the next append takes over the dead run's claims (its base's and its version's)
     again = _build(config, "--append", "--version", "v2")
     assert again.returncode == 0, again.stderr
-    assert dataset_dir.read_latest(out) == "v2" and len(_all(out)) == 400 and not os.path.exists(claim)
+    assert dataset_writer.read_latest(out) == "v2" and len(_all(out)) == 400 and not os.path.exists(claim)
 
 
 def test_append_and_remove_usage_errors(base):
@@ -232,7 +234,7 @@ def test_append_and_remove_usage_errors(base):
     empty = tmp_path / "empty"
     proc = _build(_config(tmp_path, tmp_path / "m1.jsonl", str(empty)), "--append")
     assert proc.returncode == 2 and "no published version to append to" in proc.stderr
-    assert dataset_dir.read_latest(out) == "v1"
+    assert dataset_writer.read_latest(out) == "v1"
 
 
 def _write_rows(path, rows):
@@ -260,13 +262,13 @@ def test_append_with_dedup_content_drops_rows_identical_to_the_base_or_to_each_o
     proc = _build(config, "--append", "--on-existing", "replace", "--version", "v2")
     assert proc.returncode == 0, proc.stderr
     assert "rows in: 6   written: 3   rejected: 0   duplicates dropped: 3 (dedup: content)" in proc.stdout, proc.stdout
-    info = dataset_dir.load_info(os.path.join(out, "v2"))
+    info = dataset_writer.load_info(os.path.join(out, "v2"))
     assert info["rows_in"] == 6 and info["duplicates"] == 3 and info["dedup"] == "content"
     assert info["records"] == 20 + 2  # 101 and 104 added, 7 replaced
     named = sorted((d["key"], d["kept_key"], d.get("kept_in")) for d in info["duplicate_examples"])
     assert named == [("100", "5", "v1"), ("102", "101", None), ("103", "18", "v1")]
     assert sum(s["added"] for s in info["changes"]["splits"].values()) == 2
-    assert dataset_dir.verify_version(os.path.join(out, "v2"), info) == []
+    assert dataset_writer.verify_version(os.path.join(out, "v2"), info) == []
     with tfrecord_io.open_dataset(out) as ds:
         for key in ("100", "102", "103"):
             assert ds.get(key) is None
@@ -292,7 +294,7 @@ def test_a_row_that_replaces_a_key_is_never_dropped_as_a_duplicate(tmp_path):
     config = _config(tmp_path, _write_rows(tmp_path / "m2.jsonl", appended), out, columns=columns, dedup="content")
     proc = _build(config, "--append", "--on-existing", "replace", "--version", "v2")
     assert proc.returncode == 0, proc.stderr
-    info = dataset_dir.load_info(os.path.join(out, "v2"))
+    info = dataset_writer.load_info(os.path.join(out, "v2"))
     named = sorted((d["key"], d["kept_key"]) for d in info["duplicate_examples"])
     assert named == [("100", "5")], named
     assert info["records"] == 10
@@ -359,7 +361,7 @@ def test_two_appends_started_together_lose_no_row(base):
     expected = set(range(100)).union(*(set(new_rows[name]) for name in won))
     assert set(rows) == expected, (sorted(set(rows) ^ expected), results)
     assert all(rows[i][1] == f"{name} {i}" for name in won for i in new_rows[name])
-    assert not os.path.exists(os.path.join(out, "_derive", dataset_dir.read_latest(out), "_BUILDING"))
+    assert not os.path.exists(os.path.join(out, "_derive", dataset_writer.read_latest(out), "_BUILDING"))
     # the dataset takes the next append at once, whichever way the race went
     proc = _build(_config(tmp_path, _write_manifest(tmp_path / "m_c.jsonl", [500]), out), "--append")
     assert proc.returncode == 0, proc.stderr

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 import tfrecord_io
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.format.key_index import KeyIndexReader
 
 from tests.pipeline_support import run_cli
@@ -54,9 +54,9 @@ def _version(s3_server, root: str, version: str) -> Tuple[Dict[str, Any], Dict[s
     (every shard and key index listed, its SHA-256), and per split its records (sorted),
     its key index's entries and its shards' SHA-256; with its ``changes``."""
     version_dir = s3_server.object_path(f"{root}/{version}")
-    info = dataset_dir.load_info(version_dir)
+    info = dataset_writer.load_info(version_dir)
     assert info is not None, f"{root}/{version} is not published"
-    assert dataset_dir.verify_version(version_dir, info) == []
+    assert dataset_writer.verify_version(version_dir, info) == []
     content = {}
     for split, entry in sorted(info["splits"].items()):
         records = sorted(
@@ -106,7 +106,7 @@ def test_append_remove_and_diff_on_the_flink_cluster_equal_the_local_runner(flin
     for (version, args, config), base_version in zip(steps, ("v1", "v2")):
         done = cluster_job(flink, s3_server, "build", configs[config], "--output", cluster, "--version", version, *args)
         assert f"on version {base_version}: " in done.stdout, done.stdout
-    assert dataset_dir.read_latest(s3_server.object_path(cluster)) == "v3"
+    assert dataset_writer.read_latest(s3_server.object_path(cluster)) == "v3"
     for version in ("v2", "v3"):
         got, got_changes = _version(s3_server, cluster, version)
         want, want_changes = _version(s3_server, local, version)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.dataset.keyed_dataset import open_dataset
 from tfrecord_io.format import remote_reader
 from tfrecord_io.storage import files
@@ -39,18 +39,18 @@ def test_lookup_append_remove_and_diff_on_s3(s3_server, s3_bucket, s3_options, t
     write_rows_manifest(manifest, range(60, 70))
     proc = run_cli("build", str(config), "--append", "--version", "v2", *flags, env=env)
     assert proc.returncode == 0, proc.stderr
-    v1 = dataset_dir.load_info(f"{out}/v1")
-    v2 = dataset_dir.load_info(f"{out}/v2")
+    v1 = dataset_writer.load_info(f"{out}/v1")
+    v2 = dataset_writer.load_info(f"{out}/v2")
     assert v2["records"] == 70 and v2["changes"]["shards_carried"] == 4
     for split, entry in v1["splits"].items():
         for old, new in zip(entry["shards"], v2["splits"][split]["shards"]):
-            assert dataset_dir.sha256_file(files.join(out, "v2", new["path"])) == old["sha256"]
+            assert dataset_writer.sha256_file(files.join(out, "v2", new["path"])) == old["sha256"]
     keys = tmp_path / "keys.txt"
     keys.write_text("3\n65\nabsent\n")
     proc = run_cli("build", str(config), "--remove", str(keys), "--version", "v3", *flags, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "keys not found in v2 (1): 'absent'" in proc.stdout
-    assert dataset_dir.read_latest(out) == "v3"
+    assert dataset_writer.read_latest(out) == "v3"
     with open_dataset(out) as ds:
         assert ds.get("3") is None and ds.get("65") is None and ds.get("64")["id"].tolist() == [64]
     proc = run_cli("diff", out, "v1", "v3", "--json", *flags, env=env)

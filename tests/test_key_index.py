@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tfrecord_io
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.dataset.keyed_dataset import NoKeyIndexError, _split_of, open_dataset
 from tfrecord_io.format import key_index as ki
 from tfrecord_io.pipelines.building import placement
@@ -40,7 +40,7 @@ def test_key_index_round_trip_probe_and_scan(tmp_path):
     path = str(tmp_path / "x.keyindex")
     writer = ki.write_key_index(path, entries)
     assert writer.entries == 3000 and writer.bytes == os.path.getsize(path)
-    assert writer.sha256 == dataset_dir.sha256_file(path)
+    assert writer.sha256 == dataset_writer.sha256_file(path)
     with ki.KeyIndexReader(path, size=writer.bytes) as reader:
         assert len(reader) == 3000 and reader.blocks == 12
         for e in random.Random(1).sample(entries, 200) + [entries[0], entries[-1], entries[256], entries[255]]:
@@ -184,7 +184,7 @@ def built(tmp_path_factory):
 def test_build_writes_a_key_index_per_split_listed_with_its_checksum(built):
     _, out, _ = built
     version_dir = os.path.join(out, "v1")
-    info = dataset_dir.load_info(version_dir)
+    info = dataset_writer.load_info(version_dir)
     assert not os.path.exists(os.path.join(version_dir, "_keys"))  # the parts are gone
     assert [name for name, _ in info["placement"]["cutoffs"]] == list(yaml.safe_load(open(built[2]))["splits"])
     seen = set()
@@ -192,7 +192,7 @@ def test_build_writes_a_key_index_per_split_listed_with_its_checksum(built):
         note = entry["key_index"]
         path = os.path.join(version_dir, note["path"])
         assert note["path"] == f"rows-{split}.keyindex"
-        assert note["entries"] == entry["records"] and note["sha256"] == dataset_dir.sha256_file(path)
+        assert note["entries"] == entry["records"] and note["sha256"] == dataset_writer.sha256_file(path)
         # every entry points at the record with that id, whose bytes hash as indexed
         shards = [os.path.join(version_dir, s["path"]) for s in entry["shards"]]
         by_offset = {}
@@ -209,13 +209,13 @@ def test_build_writes_a_key_index_per_split_listed_with_its_checksum(built):
                 seen.add(int(e.key))
         assert not by_offset  # one entry per record
     assert seen == set(range(200))
-    assert dataset_dir.verify_version(version_dir, info) == []
+    assert dataset_writer.verify_version(version_dir, info) == []
     # a key index changed after the build is found by the version's checks
     path = os.path.join(version_dir, info["splits"]["train"]["key_index"]["path"])
     original = open(path, "rb").read()
     try:
         open(path, "wb").write(original[:-1] + bytes([original[-1] ^ 1]))
-        assert any("keyindex" in p for p in dataset_dir.verify_version(version_dir, info))
+        assert any("keyindex" in p for p in dataset_writer.verify_version(version_dir, info))
     finally:
         open(path, "wb").write(original)
 
@@ -300,14 +300,14 @@ def test_a_key_twice_is_an_error_naming_both_rows(tmp_path):
     assert f"key '2' is in the input twice (manifest byte offset {second} and manifest byte offset {fourth})" in (
         proc.stderr
     )
-    assert dataset_dir.read_latest(str(tmp_path / "out")) is None
+    assert dataset_writer.read_latest(str(tmp_path / "out")) is None
 
 
 def test_dedup_key_keeps_the_first_row_and_counts_the_rest(tmp_path):
     manifest = _manifest(tmp_path, [1, 2, 3, 2, 5, 2, 1])
     config = _config(tmp_path, manifest, dedup="key")
     summary = run_build(build_config(config, tmp_path / "out", "v1"), options(IN_PROCESS), progress=False)
-    info = dataset_dir.load_info(str(tmp_path / "out" / "v1"))
+    info = dataset_writer.load_info(str(tmp_path / "out" / "v1"))
     assert info["rows_in"] == 7 and info["records"] == 4 and info["duplicates"] == 3 and info["dedup"] == "key"
     assert summary.written == 4 and "duplicates dropped: 3 (dedup: key)" in "\n".join(summary.lines())
     with open_dataset(str(tmp_path / "out")) as ds:
@@ -401,7 +401,7 @@ def test_dedup_content_drops_byte_identical_examples_under_other_keys(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     run_build(build_config(str(tmp_path / "c.yaml"), tmp_path / "out", "v1"), options(IN_PROCESS), progress=False)
     version_dir = str(tmp_path / "out" / "v1")
-    info = dataset_dir.load_info(version_dir)
+    info = dataset_writer.load_info(version_dir)
     # c and d hold a's Example (a's key sorts first: kept); the second b by key
     assert info["rows_in"] == 6 and info["records"] == 3 and info["duplicates"] == 3
     same = sorted((d["key"], d["kept_key"]) for d in info["duplicate_examples"] if d.get("same_content"))
@@ -409,7 +409,7 @@ def test_dedup_content_drops_byte_identical_examples_under_other_keys(tmp_path):
     with open_dataset(str(tmp_path / "out")) as ds:
         assert _text(ds.get("a")["text"]) == "x" and ds.get("c") is None and ds.get("d") is None
         assert _text(ds.get("b")["text"]) == "y" and _text(ds.get("e")["text"]) == "z"
-    assert dataset_dir.verify_version(version_dir, info) == []
+    assert dataset_writer.verify_version(version_dir, info) == []
     from tfrecord_io.pipelines.validate_job import run_validate
 
     report = run_validate([str(tmp_path / "out")], options(IN_PROCESS), progress=False)

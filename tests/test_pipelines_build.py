@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import tfrecord_io
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.pipelines.building.build_config import load_config
 from tfrecord_io.pipelines.building.build_job import run_build
 from tfrecord_io.pipelines.building.encoders_config import make_encoders
@@ -37,8 +37,8 @@ def test_build_from_manifest_writes_splits_indexes_info_and_latest(media, tmp_pa
     cfg = build_config(config, tmp_path / "out", "v1")
     summary = run_build(cfg, options(), progress=False)
     version_dir = str(tmp_path / "out" / "v1")
-    assert dataset_dir.read_latest(str(tmp_path / "out")) == "v1"
-    info = dataset_dir.load_info(version_dir)
+    assert dataset_writer.read_latest(str(tmp_path / "out")) == "v1"
+    info = dataset_writer.load_info(version_dir)
     # 18 good rows + 1 deliberately truncated JPEG
     assert info["rows_in"] == 19 and info["records"] == 18 and info["rejected"] == 1
     assert summary.written + summary.rejected == summary.rows_in
@@ -50,7 +50,7 @@ def test_build_from_manifest_writes_splits_indexes_info_and_latest(media, tmp_pa
         for shard in entry["shards"]:
             path = os.path.join(version_dir, shard["path"])
             assert os.path.basename(path).startswith(f"demo-{split}.tfrecord-0000")
-            assert shard["sha256"] == dataset_dir.sha256_file(path)
+            assert shard["sha256"] == dataset_writer.sha256_file(path)
             index = tfrecord_io.load_index(os.path.join(version_dir, shard["index"]))
             assert index.matches(os.path.getsize(path)) and len(index) == shard["records"]
             for record in tfrecord_io.tfrecord_iterator(path):
@@ -150,9 +150,9 @@ def test_failed_build_leaves_previous_version_current(media, tmp_path, monkeypat
     monkeypatch.setattr(build_module, "RecordWriter", FailingWriter)
     with pytest.raises(Exception, match="injected failure"):
         run_build(build_config(config, out, "v2"), options(), progress=False)
-    assert dataset_dir.read_latest(str(out)) == "v1"
-    assert not os.path.exists(out / "v2" / dataset_dir.INFO_NAME)
-    assert os.path.exists(out / "v1" / dataset_dir.INFO_NAME)
+    assert dataset_writer.read_latest(str(out)) == "v1"
+    assert not os.path.exists(out / "v2" / dataset_writer.INFO_NAME)
+    assert os.path.exists(out / "v1" / dataset_writer.INFO_NAME)
 
 
 def test_killed_build_leaves_previous_version_current(media, tmp_path):
@@ -180,8 +180,8 @@ def test_killed_build_leaves_previous_version_current(media, tmp_path):
     assert proc.poll() is None, "the build finished before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert dataset_dir.read_latest(str(out)) == "v1"
-    assert not os.path.exists(out / "v2" / dataset_dir.INFO_NAME)
+    assert dataset_writer.read_latest(str(out)) == "v1"
+    assert not os.path.exists(out / "v2" / dataset_writer.INFO_NAME)
 
 
 def test_target_shard_size_derives_shard_count(media, tmp_path):

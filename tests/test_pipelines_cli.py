@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import tfrecord_io
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.pipelines.building.build_config import ConfigError, load_config
 from tfrecord_io.pipelines.building.build_job import run_build
 
@@ -145,7 +145,7 @@ def test_validate_passes_then_fails_naming_file_and_offset(built, tmp_path):
     report = json.loads(report_path.read_text())
     assert report["ok"] and report["records"] == 12 and report["checksums_checked"]
     # flip one byte inside the data of the second record of the largest shard
-    info = dataset_dir.load_info(os.path.join(out, "v1"))
+    info = dataset_writer.load_info(os.path.join(out, "v1"))
     shard = max((s for e in info["splits"].values() for s in e["shards"]), key=lambda s: s["records"])
     path = os.path.join(out, "v1", shard["path"])
     index = tfrecord_io.load_index(os.path.join(out, "v1", shard["index"]))
@@ -414,7 +414,7 @@ def test_scheduled_build_entry_takes_flags(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    assert dataset_dir.read_latest(str(tmp_path / "out")) == "20261130T020000"
+    assert dataset_writer.read_latest(str(tmp_path / "out")) == "20261130T020000"
     assert "written: 2" in proc.stdout
 
 
@@ -486,4 +486,4 @@ def test_scheduled_build_runs_by_path_from_a_checkout_that_is_not_installed(tmp_
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "written: 2" in proc.stdout and dataset_dir.read_latest(str(tmp_path / "out")) == "v1"
+    assert "written: 2" in proc.stdout and dataset_writer.read_latest(str(tmp_path / "out")) == "v1"

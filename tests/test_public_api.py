@@ -70,6 +70,7 @@ NOT_PATHS = {"tfrecord_io.shape"}  # an Arrow field-metadata key (docs/interop.m
 
 def test_tfio_names():
     assert set(tfio.__all__) == TFIO_NAMES
+    assert len(tfio.__all__) == len(TFIO_NAMES), "a name listed twice in tfrecord_io.__all__"
     for name in sorted(TFIO_NAMES):
         assert getattr(tfio, name) is not None, name
 
@@ -78,6 +79,7 @@ def test_transforms_names():
     import tfrecord_io.transforms as transforms
 
     assert set(transforms.__all__) == TRANSFORMS_NAMES
+    assert len(transforms.__all__) == len(TRANSFORMS_NAMES)
     for name in sorted(TRANSFORMS_NAMES):
         assert getattr(transforms, name) is not None, name
 
@@ -87,6 +89,7 @@ def test_torch_names():
     import tfrecord_io.torch as tt
 
     assert set(tt.__all__) == TORCH_NAMES
+    assert len(tt.__all__) == len(TORCH_NAMES)
     for name in sorted(TORCH_NAMES):
         assert getattr(tt, name) is not None, name
 

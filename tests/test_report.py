@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.format.codec import parse_example
 from tfrecord_io.format.index import load_index
 from tfrecord_io.format.reader import tfrecord_iterator
@@ -39,7 +39,7 @@ DEMO_CLASSES = ["circle", "square", "triangle"]
 def _records(version_dir: str) -> List[Tuple[str, str, int, Dict]]:
     """Every record of a built dataset as ``(split, relpath, offset, parsed)``, read
     without the report's code: shards from dataset_info.json, offsets from the indexes."""
-    info = dataset_dir.load_info(version_dir)
+    info = dataset_writer.load_info(version_dir)
     out = []
     for split, entry in sorted(info["splits"].items()):
         for shard in entry["shards"]:
@@ -247,7 +247,7 @@ def demo(demo_build, tmp_path_factory):
 
 
 def test_demo_report_summary_matches_the_dataset(demo):
-    page, info = demo["page"], dataset_dir.load_info(demo["version_dir"])
+    page, info = demo["page"], dataset_writer.load_info(demo["version_dir"])
     assert page.startswith("<!DOCTYPE html>")
     assert "<h1>demo v1</h1>" in page
     table = _split_table(page)

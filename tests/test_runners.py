@@ -37,7 +37,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
 from tfrecord_io.beam.beam_io import ReadFromTFRecord
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.format.index import build_index
 from tfrecord_io.format.writer import RecordWriter
 from tfrecord_io.pipelines.building.build_config import load_config
@@ -237,8 +237,8 @@ def test_build_then_validate_then_find_a_corrupted_shard(name, demo_config, tmp_
     out = str(tmp_path / "dataset")
     cfg = load_config(demo_config, [("output.dir", out), ("output.version", "v1")])
     summary = run_build(cfg, PipelineOptions(flags), progress=False)
-    version_dir = dataset_dir.resolve_dataset_dir(out)
-    info = dataset_dir.load_info(version_dir)
+    version_dir = dataset_writer.resolve_dataset_dir(out)
+    info = dataset_writer.load_info(version_dir)
     assert summary.written == info["records"] > 0
     assert summary.written + summary.rejected == summary.rows_in
 

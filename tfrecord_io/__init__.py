@@ -66,8 +66,6 @@ _moved.install()  # the module paths of 0.2 (tfrecord_io.files, ...) import, wit
 
 
 __all__ = [
-    "BuildDataset",
-    "open_dataset",
     "CorruptRecordError",
     "CorruptRegion",
     "DatasetSelection",

@@ -223,7 +223,7 @@ def run_convert(
     """Run the conversion (see the module doc); ConvertError for bad input, before
     anything is written. When the job fails, what it wrote under ``output`` is removed
     (``guard``, which the caller may pass to report on it) and the error raised."""
-    from tfrecord_io.dataset import dataset_writer as dataset_dir
+    from tfrecord_io.dataset import dataset_writer
 
     if to not in ("parquet", "tfrecord"):
         raise ConvertError(f"--to {to!r}: use parquet or tfrecord")
@@ -233,8 +233,8 @@ def run_convert(
         raise ConvertError("--num-shards must be >= 0 and --batch-size positive")
     if to == "tfrecord" and split is not None:
         raise ConvertError("--split selects splits of a TFRecord dataset; Parquet -> TFRecord writes every split")
-    dataset_dir.use_filesystems(options, [*paths, output])
-    dataset_dir.check_reachable(output)
+    dataset_writer.use_filesystems(options, [*paths, output])
+    dataset_writer.check_reachable(output)
     _check_no_shards(output)
     guard = guard if guard is not None else OutputGuard(output)
     started = time.monotonic()

@@ -65,7 +65,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _run(args: argparse.Namespace, beam_flags: List[str]) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_io.dataset import dataset_writer as dataset_dir
+    from tfrecord_io.dataset import dataset_writer
     from tfrecord_io.format.reader import tfrecord_iterator
     from tfrecord_io.pipelines.building.build_config import load_config
     from tfrecord_io.pipelines.building.build_job import run_build
@@ -96,7 +96,7 @@ def _run(args: argparse.Namespace, beam_flags: List[str]) -> int:
     )
     print("\n".join("    " + line for line in summary_lines(report)))
 
-    version_dir = dataset_dir.resolve_dataset_dir(cfg.output.dir)
+    version_dir = dataset_writer.resolve_dataset_dir(cfg.output.dir)
     first = next(s for s in summary.shards if s["records"])
     record = next(iter(tfrecord_iterator(os.path.join(version_dir, first["path"]))))
     decoded = decode_example(record, make_encoders(cfg.column_settings()))

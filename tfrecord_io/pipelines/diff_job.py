@@ -125,10 +125,10 @@ def cmd_diff(args: Any, beam_flags: List[str]) -> int:
     """The CLI command: print the diff (exit 0 whether or not anything changed)."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_io.dataset import dataset_writer as dataset_dir
+    from tfrecord_io.dataset import dataset_writer
     from tfrecord_io.pipelines.runtime.beam_options import command_flags
 
-    dataset_dir.use_filesystems(PipelineOptions(command_flags(args.runner_config, beam_flags)), [args.root])
+    dataset_writer.use_filesystems(PipelineOptions(command_flags(args.runner_config, beam_flags)), [args.root])
     result = diff_versions(args.root, args.version_a, args.version_b)
     if args.json:
         print(json.dumps(result, sort_keys=True, ensure_ascii=False))

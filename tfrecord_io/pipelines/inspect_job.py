@@ -216,9 +216,9 @@ def _batch_length(batch) -> int:
 
 def run_inspect(paths: List[str], options, head: int = 3, progress: bool = True, workers=None) -> Dict[str, Any]:
     from tfrecord_io.beam.beam_source import ReadAllRecordBatches
-    from tfrecord_io.dataset import dataset_writer as dataset_dir
+    from tfrecord_io.dataset import dataset_writer
 
-    dataset_dir.use_filesystems(options, paths)
+    dataset_writer.use_filesystems(options, paths)
     files_ = resolve_inputs(paths)
     if not files_:
         raise no_input_error(paths)

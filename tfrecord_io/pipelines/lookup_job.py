@@ -97,10 +97,10 @@ def cmd_lookup(args: Any, beam_flags: List[str]) -> int:
     """The CLI command: look the keys up, print them; 1 if any is missing."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_io.dataset import dataset_writer as dataset_dir
+    from tfrecord_io.dataset import dataset_writer
     from tfrecord_io.pipelines.runtime.beam_options import command_flags
 
-    dataset_dir.use_filesystems(PipelineOptions(command_flags(args.runner_config, beam_flags)), [args.root])
+    dataset_writer.use_filesystems(PipelineOptions(command_flags(args.runner_config, beam_flags)), [args.root])
     results = lookup(args.root, list(args.keys), args.version or "")
     missing = [r["key"] for r in results if not r["found"]]
     for r in results:

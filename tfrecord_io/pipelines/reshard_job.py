@@ -458,9 +458,9 @@ def run_reshard(
         WriteRecordListsToTFRecord,
         WriteShardBatchesToTFRecord,
     )
-    from tfrecord_io.dataset import dataset_writer as dataset_dir
+    from tfrecord_io.dataset import dataset_writer
 
-    dataset_dir.use_filesystems(options, [*paths, output])
+    dataset_writer.use_filesystems(options, [*paths, output])
     inputs = resolve_inputs(paths)
     if not inputs:
         raise no_input_error(paths)

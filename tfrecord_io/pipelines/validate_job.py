@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import apache_beam as beam
 
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.errors import StorageAccessError
 from tfrecord_io.pipelines.runtime import worker_core
 from tfrecord_io.pipelines.runtime.collect import ResultDir
@@ -36,7 +36,7 @@ def _unlisted_files(version_dir: str, listed: List[str]) -> List[str]:
 
 def _checksum(path: str) -> Dict[str, Any]:
     try:
-        return {"path": path, "sha256": dataset_dir.sha256_file(path)}
+        return {"path": path, "sha256": dataset_writer.sha256_file(path)}
     except StorageAccessError:  # credentials or permissions: fails the job, naming what to set
         raise
     except Exception as err:  # noqa: BLE001 - reported as a problem of this file
@@ -48,13 +48,13 @@ def run_validate(
 ) -> Dict[str, Any]:
     """Run the validation pipeline and compare with ``tfrecord_io_info.json``; the report.
     ``workers``: local workers forked by the CLI (``local_workers.ForkedWorkers``) to run on."""
-    dataset_dir.use_filesystems(options, paths)
+    dataset_writer.use_filesystems(options, paths)
     results = ResultDir.for_job(options, "validate")  # before anything runs: a usage error if there is none
     version_dir, info = dataset_target(paths)
     shards: List[Dict[str, Any]] = []
     spec = None
     if version_dir is not None and info is not None:
-        shards = dataset_dir.dataset_shards(version_dir, info)
+        shards = dataset_writer.dataset_shards(version_dir, info)
         patterns = [s["abspath"] for s in shards if files.exists(s["abspath"])]
         spec = list(info.get("features", {}).values()) or None
     else:

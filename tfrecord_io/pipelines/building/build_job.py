@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 import apache_beam as beam
 
 from tfrecord_io._version import __version__
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.pipelines.building import manifest
 from tfrecord_io.pipelines.building.build_config import BuildConfig, as_build_config
 from tfrecord_io.pipelines.building.build_spec import BuildSpec
@@ -125,31 +125,31 @@ def check_build(cfg: BuildConfig) -> BuildSpec:
     other dataset, encoders, the input there (cheap checks only, see ``manifest``).
     Returns the spec with a placeholder version (the claim decides it)."""
     out_dir = cfg.output.dir.rstrip("/") or "/"
-    dataset_dir.check_reachable(out_dir)
+    dataset_writer.check_reachable(out_dir)
     spec = BuildSpec(cfg, out_dir, version="", run_id="", base_dir=manifest.input_base_dir(cfg.input))
     manifest.check_input(cfg.input, sorted(set(spec.sources.values())), cfg.key)
-    dataset_dir.check_output_dir(out_dir, spec.name, spec.feature_spec())
+    dataset_writer.check_output_dir(out_dir, spec.name, spec.feature_spec())
     return spec
 
 
-def claim_version(out_dir: str, requested: str, log) -> Tuple[Dict[str, Any], Optional[dataset_dir.BuildClaim]]:
+def claim_version(out_dir: str, requested: str, log) -> Tuple[Dict[str, Any], Optional[dataset_writer.BuildClaim]]:
     """The version this run builds and, unless it holds a finished build (the pipeline
     then compares fingerprints), this run's claim on it."""
     auto = requested in ("", "auto", None)
-    version = dataset_dir.new_version_name(requested)
+    version = dataset_writer.new_version_name(requested)
     for _ in range(5):
-        plan = dataset_dir.prepare_version(out_dir, version, auto, log=log)
+        plan = dataset_writer.prepare_version(out_dir, version, auto, log=log)
         if plan["state"] == "published":
             return plan, None
-        claim = dataset_dir.BuildClaim(files.join(out_dir, plan["version"]))
+        claim = dataset_writer.BuildClaim(files.join(out_dir, plan["version"]))
         try:
             claim.acquire()
-        except dataset_dir.VersionTaken:
+        except dataset_writer.VersionTaken:
             if auto:
                 continue  # another run took the name between our look and our claim
             raise
         return plan, claim
-    raise dataset_dir.DatasetDirError(f"could not claim a version under {out_dir}: other runs keep taking the names")
+    raise dataset_writer.DatasetDirError(f"could not claim a version under {out_dir}: other runs keep taking the names")
 
 
 def build_pipeline(
@@ -162,7 +162,7 @@ def build_pipeline(
     """``read the input | BuildDataset`` on ``p``: the ``tfrecord-io build`` job. Given the
     spec ``check_build`` made, the encoders are not made again."""
     if isinstance(cfg, BuildSpec):
-        spec = dataclasses.replace(cfg, version=dataset_dir.new_version_name(version), run_id=run_id)
+        spec = dataclasses.replace(cfg, version=dataset_writer.new_version_name(version), run_id=run_id)
         build = BuildDataset.from_spec(spec, batched=True, progress_dir=progress_dir)
     else:
         build = BuildDataset(
@@ -201,7 +201,7 @@ def run_build(
     spec = check_build(cfg)
     out_dir = spec.out_dir
     claimed: Dict[str, Any] = {}
-    claim: Optional[dataset_dir.BuildClaim] = None
+    claim: Optional[dataset_writer.BuildClaim] = None
     try:
         # The claim is inside the ``try``: a signal that lands between the claim and the
         # pipeline (SIGTERM unwinds the launcher with ``Terminated``) still removes it. A
@@ -215,16 +215,16 @@ def run_build(
             log(f"version {version} already exists: checking that it was built from the same config and inputs")
         else:
             log(f"building {spec.name!r} -> {version_dir}")
-        run_id = claim.run_id if claim is not None else dataset_dir.new_run_id()
+        run_id = claim.run_id if claim is not None else dataset_writer.new_run_id()
         _run_pipeline(spec, version, run_id, options, progress, workers)
     except BaseException as err:
         if claim is None:
             # no claim: it failed (nothing of this run's is left), or the version is a
             # published one, never removed; a fingerprint conflict is a usage error
             text = str(err)
-            if claimed and dataset_dir.FINGERPRINT_CONFLICT in text:
-                raise dataset_dir.DatasetDirError(
-                    f"version {files.join(out_dir, claimed['version'])} {dataset_dir.FINGERPRINT_CONFLICT}; "
+            if claimed and dataset_writer.FINGERPRINT_CONFLICT in text:
+                raise dataset_writer.DatasetDirError(
+                    f"version {files.join(out_dir, claimed['version'])} {dataset_writer.FINGERPRINT_CONFLICT}; "
                     "choose another --version"
                 ) from None
             raise
@@ -232,15 +232,15 @@ def run_build(
         log(
             f"build failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
             f"{left_after_failure(out_dir, claimed['version'], claim.run_id)}; "
-            f"LATEST names {dataset_dir.read_latest(out_dir) or 'nothing'}"
+            f"LATEST names {dataset_writer.read_latest(out_dir) or 'nothing'}"
         )
         raise
     was_published = claim is None
     if claim is not None:
         claim.release()
-    info = dataset_dir.load_info(version_dir)
+    info = dataset_writer.load_info(version_dir)
     if info is None:
-        raise RuntimeError(f"the build pipeline finished but {version_dir} has no {dataset_dir.INFO_NAME}")
+        raise RuntimeError(f"the build pipeline finished but {version_dir} has no {dataset_writer.INFO_NAME}")
     if cfg.report and not was_published:
         # the dataset is published; the page is a by-product (tfrecord_io/pipelines/report/report_job.py)
         from tfrecord_io.pipelines.report.report_job import write_build_report
@@ -259,27 +259,27 @@ def left_after_failure(out_dir: str, version: str, run_id: str) -> str:
     a ``LATEST`` pointing at nothing. Only an unpublished version is removed."""
     version_dir = files.join(out_dir, version)
     try:
-        info = dataset_dir.load_info(version_dir)
+        info = dataset_writer.load_info(version_dir)
     except Exception as err:  # noqa: BLE001 - unreadable: never delete what may be published
-        return f"could not read {version_dir}'s {dataset_dir.INFO_NAME} ({err}); left as it is"
+        return f"could not read {version_dir}'s {dataset_writer.INFO_NAME} ({err}); left as it is"
     if info is not None:
         by = "this run" if info.get("run_id") == run_id else "another run"
-        if dataset_dir.read_latest(out_dir) == version:
+        if dataset_writer.read_latest(out_dir) == version:
             return (
                 f"version {version_dir} was published by {by} before the failure "
-                f"({dataset_dir.INFO_NAME} written, LATEST moved to it): kept, whole"
+                f"({dataset_writer.INFO_NAME} written, LATEST moved to it): kept, whole"
             )
         return (
-            f"version {version_dir} is complete ({dataset_dir.INFO_NAME} written by {by}) but LATEST was not "
+            f"version {version_dir} is complete ({dataset_writer.INFO_NAME} written by {by}) but LATEST was not "
             "moved to it: kept (a rerun with the same --version verifies it and moves LATEST)"
         )
     try:
-        dataset_dir.remove_version(version_dir)
+        dataset_writer.remove_version(version_dir)
         return f"removed the unfinished version {version_dir}"
     except Exception as cleanup_err:  # noqa: BLE001 - the failure is reported with the state left, cleanup must not mask it
         return (
             f"could not remove the unfinished version {version_dir} ({cleanup_err}); "
-            f"readers ignore it (no {dataset_dir.INFO_NAME})"
+            f"readers ignore it (no {dataset_writer.INFO_NAME})"
         )
 
 

@@ -16,7 +16,7 @@ import time
 from typing import Any, Dict, Iterable, List, Optional
 
 from tfrecord_io._version import __version__
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.pipelines.building.build_spec import BuildSpec
 from tfrecord_io.storage import files
 
@@ -79,7 +79,7 @@ def check_claim(spec: BuildSpec) -> None:
     marker before it removes the version; a finalize still running on a cluster after
     that (the job outlived its launcher) must not write ``tfrecord_io_info.json`` and move
     ``LATEST`` to a version whose shards are being deleted."""
-    marker = dataset_dir.read_marker(spec.version_dir)
+    marker = dataset_writer.read_marker(spec.version_dir)
     if not marker or marker.get("run_id") != spec.run_id:
         holder = f"run {str(marker.get('run_id'))[:8]}" if marker else "no run"
         raise ClaimWithdrawn(
@@ -188,33 +188,35 @@ def finalize(
     if claim["state"] == "published":
         return _reuse(spec, claim["info"])
     shards = sorted(shards, key=lambda s: (s["split"], s["shard"]))
-    info = dataset_dir.load_info(spec.version_dir)
+    info = dataset_writer.load_info(spec.version_dir)
     if info is None or info.get("fingerprint") != claim["fingerprint"]:
         check_claim(spec)
         check_complete(spec, shards, counts, summary["rows"])
         indexes = check_key_indexes(spec, shards, list(key_indexes or []))
         merge_rejected(spec, shards)
         info = dataset_info(spec, shards, summary, claim["fingerprint"], indexes)
-        dataset_dir.write_info(spec.version_dir, info)
+        dataset_writer.write_info(spec.version_dir, info)
     files.delete_prefix(files.join(spec.version_dir, REJECTED_DIR))
     files.delete_prefix(files.join(spec.version_dir, KEYS_DIR))
-    files.delete([files.join(spec.version_dir, dataset_dir.BUILDING_NAME)])
-    dataset_dir.publish(spec.out_dir, spec.version)
+    files.delete([files.join(spec.version_dir, dataset_writer.BUILDING_NAME)])
+    dataset_writer.publish(spec.out_dir, spec.version)
     return info
 
 
 def _reuse(spec: BuildSpec, info: Dict[str, Any]) -> Dict[str, Any]:
-    problems = dataset_dir.verify_version(spec.version_dir, info)
+    problems = dataset_writer.verify_version(spec.version_dir, info)
     if problems:
-        raise dataset_dir.DatasetDirError(
+        raise dataset_writer.DatasetDirError(
             f"version {spec.version_dir} was built from the same config and inputs but fails verification "
             f"({len(problems)} problems, first: {problems[0]}); not overwriting a published version"
         )
-    latest = dataset_dir.read_latest(spec.out_dir)
+    latest = dataset_writer.read_latest(spec.out_dir)
     if latest != spec.version:
         latest_info: Optional[Dict[str, Any]] = (
-            dataset_dir.load_info(files.join(spec.out_dir, latest)) if latest else None
+            dataset_writer.load_info(files.join(spec.out_dir, latest)) if latest else None
         )
         if latest_info is None or str(latest_info.get("created_utc", "")) <= str(info.get("created_utc", "")):
-            dataset_dir.publish(spec.out_dir, spec.version)  # the earlier attempt died between its info file and LATEST
+            dataset_writer.publish(
+                spec.out_dir, spec.version
+            )  # the earlier attempt died between its info file and LATEST
     return dict(info, reused=True)

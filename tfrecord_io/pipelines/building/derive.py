@@ -43,7 +43,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.format.index import build_index, index_path_for, load_index
 from tfrecord_io.format.key_index import KeyColumns, KeyIndexReader, KeyIndexWriter, key_index_name
 from tfrecord_io.format.random_access import decode_frame
@@ -115,41 +115,41 @@ def check_compatible(spec: BuildSpec, base: Dict[str, Any]) -> List[str]:
 
 def base_version(out_dir: str) -> Tuple[str, Dict[str, Any]]:
     """The version an append or remove starts from: the one ``LATEST`` names."""
-    latest = dataset_dir.read_latest(out_dir)
-    info = dataset_dir.load_info(files.join(out_dir, latest)) if latest else None
+    latest = dataset_writer.read_latest(out_dir)
+    info = dataset_writer.load_info(files.join(out_dir, latest)) if latest else None
     if not latest or info is None:
-        raise dataset_dir.DatasetDirError(
+        raise dataset_writer.DatasetDirError(
             f"{out_dir} has no published version to append to or remove from (no LATEST): run a full build first"
         )
     missing = sorted(s for s, e in (info.get("splits") or {}).items() if not e.get("key_index"))
     if missing:
-        raise dataset_dir.DatasetDirError(
+        raise dataset_writer.DatasetDirError(
             f"version {latest} of {out_dir} has no key index (built before tfrecord-io wrote them): append and "
             "remove need one; build it again with this tfrecord-io (`tfrecord-io build CONFIG`), then append"
         )
     if info.get("compression"):
-        raise dataset_dir.DatasetDirError(
+        raise dataset_writer.DatasetDirError(
             f"version {latest} of {out_dir} has {info['compression']} shards: append and remove rewrite shards by "
             "record, which compressed shards do not allow; build again"
         )
     return latest, info
 
 
-def claim_base(out_dir: str, base: str) -> dataset_dir.BuildClaim:
+def claim_base(out_dir: str, base: str) -> dataset_writer.BuildClaim:
     """One append or remove at a time onto ``base``; a stale claim (a killed run) is taken over."""
     claim_dir = files.join(out_dir, DERIVE_DIR, base)
-    marker = dataset_dir.read_marker(claim_dir)
-    if marker is not None and not dataset_dir.marker_is_live(marker):
-        files.delete([files.join(claim_dir, dataset_dir.BUILDING_NAME)])
-    claim = dataset_dir.BuildClaim(claim_dir)
+    marker = dataset_writer.read_marker(claim_dir)
+    if marker is not None and not dataset_writer.marker_is_live(marker):
+        files.delete([files.join(claim_dir, dataset_writer.BUILDING_NAME)])
+    claim = dataset_writer.BuildClaim(claim_dir)
     try:
         claim.acquire()
-    except dataset_dir.VersionTaken as err:
-        raise dataset_dir.VersionTaken(
+    except dataset_writer.VersionTaken as err:
+        raise dataset_writer.VersionTaken(
             f"another append or remove onto version {base} is running ({str(err).rpartition('(')[2].rstrip(')')}); "
             "wait for it, then run this one on the version it publishes"
         ) from None
-    if dataset_dir.read_latest(out_dir) != base:
+    if dataset_writer.read_latest(out_dir) != base:
         claim.release()
         raise BaseMoved(f"LATEST of {out_dir} moved away from {base} while this run started: run it again")
     return claim
@@ -457,7 +457,7 @@ def finalize_derived(
     if claim["state"] == "published":
         return commit._reuse(spec, claim["info"])
     shards = sorted(shards, key=lambda s: (s["split"], s["shard"]))
-    info = dataset_dir.load_info(spec.version_dir)
+    info = dataset_writer.load_info(spec.version_dir)
     if info is None or info.get("fingerprint") != claim["fingerprint"]:
         commit.check_claim(spec)
         totals = {s: int(e["num_shards"]) + int(new_counts.get(s, 0)) for s, e in base["splits"].items()}
@@ -495,17 +495,17 @@ def finalize_derived(
             "shards_written": sum(1 for s in shards if s.get("carried") is not True),
             "splits": {n["split"]: {k: n[k] for k in ("added", "removed", "changed", "carried")} for n in key_indexes},
         }
-        dataset_dir.write_info(spec.version_dir, info)
+        dataset_writer.write_info(spec.version_dir, info)
     files.delete_prefix(files.join(spec.version_dir, commit.REJECTED_DIR))
     files.delete_prefix(files.join(spec.version_dir, commit.KEYS_DIR))
-    latest = dataset_dir.read_latest(spec.out_dir)
+    latest = dataset_writer.read_latest(spec.out_dir)
     if latest != base_name:
         raise BaseMoved(
             f"LATEST of {spec.out_dir} now names {latest}, not {base_name} this {operation} started from: "
             f"{spec.version_dir} is complete but not published; run the {operation} again"
         )
-    files.delete([files.join(spec.version_dir, dataset_dir.BUILDING_NAME)])
-    dataset_dir.publish(spec.out_dir, spec.version)
+    files.delete([files.join(spec.version_dir, dataset_writer.BUILDING_NAME)])
+    dataset_writer.publish(spec.out_dir, spec.version)
     return info
 
 
@@ -649,7 +649,7 @@ class _ClaimDerived(ClaimVersion):
 
             raise InputError(f"the input of {spec.name!r} has no rows: nothing to append")
         fp = fingerprint(spec.fingerprint_settings(), summary)
-        yield {**dataset_dir.claim_for_run(spec.version_dir, spec.run_id, fp), "fingerprint": fp}
+        yield {**dataset_writer.claim_for_run(spec.version_dir, spec.run_id, fp), "fingerprint": fp}
 
 
 def derived_config(cfg: BuildConfig, base: Dict[str, Any], operation: str, extra: Dict[str, Any]) -> BuildConfig:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Union
 
 import apache_beam as beam
 
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.pipelines.building import derive, manifest
 from tfrecord_io.pipelines.building.build_config import BuildConfig, as_build_config
 from tfrecord_io.pipelines.building.build_job import BuildSummary, claim_version, left_after_failure
@@ -37,18 +37,20 @@ def run_derive(
     from apache_beam.io.filesystems import FileSystems
 
     if append == bool(remove):
-        raise dataset_dir.DatasetDirError("give one of --append or --remove KEYS_FILE")
+        raise dataset_writer.DatasetDirError("give one of --append or --remove KEYS_FILE")
     if on_existing not in derive.ON_EXISTING:
-        raise dataset_dir.DatasetDirError(f"on_existing: {on_existing!r} is not one of {', '.join(derive.ON_EXISTING)}")
+        raise dataset_writer.DatasetDirError(
+            f"on_existing: {on_existing!r} is not one of {', '.join(derive.ON_EXISTING)}"
+        )
     started = time.monotonic()
     cfg = as_build_config(cfg)
     FileSystems.set_options(options)
     out_dir = cfg.output.dir.rstrip("/") or "/"
-    dataset_dir.check_reachable(out_dir)
+    dataset_writer.check_reachable(out_dir)
     base_name, base = derive.base_version(out_dir)
     operation = "append" if append else "remove"
     if remove and not files.exists(remove):
-        raise dataset_dir.DatasetDirError(f"--remove {remove}: no such keys file")
+        raise dataset_writer.DatasetDirError(f"--remove {remove}: no such keys file")
     extra: Dict[str, Any] = {"on_existing": on_existing} if append else {"keys": remove}
     spec = BuildSpec(derive.derived_config(cfg, base, operation, extra), out_dir, version="", run_id="")
     if append:
@@ -61,12 +63,12 @@ def run_derive(
         spec.base_dir = manifest.input_base_dir(cfg.input)
         manifest.check_input(cfg.input, sorted(set(spec.sources.values())), cfg.key)
     base_claim = derive.claim_base(out_dir, base_name)
-    claim: Optional[dataset_dir.BuildClaim] = None
+    claim: Optional[dataset_writer.BuildClaim] = None
     claimed: Dict[str, Any] = {}
     try:
         claimed, claim = claim_version(out_dir, cfg.output.version, log)
         if claim is None:
-            raise dataset_dir.DatasetDirError(
+            raise dataset_writer.DatasetDirError(
                 f"version {claimed['version']} of {out_dir} is already published: choose another --version"
             )
         version = claimed["version"]
@@ -89,7 +91,7 @@ def run_derive(
             log(
                 f"{operation} failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
                 f"{left_after_failure(out_dir, claimed['version'], claim.run_id)}; "
-                f"LATEST names {dataset_dir.read_latest(out_dir) or 'nothing'}"
+                f"LATEST names {dataset_writer.read_latest(out_dir) or 'nothing'}"
             )
         if workers is not None:
             workers.close(kill=True)
@@ -98,9 +100,9 @@ def run_derive(
         base_claim.release()
     claim.release()
     version_dir = files.join(out_dir, version)
-    info = dataset_dir.load_info(version_dir)
+    info = dataset_writer.load_info(version_dir)
     if info is None:
-        raise RuntimeError(f"the {operation} pipeline finished but {version_dir} has no {dataset_dir.INFO_NAME}")
+        raise RuntimeError(f"the {operation} pipeline finished but {version_dir} has no {dataset_writer.INFO_NAME}")
     if cfg.report:
         from tfrecord_io.pipelines.report.report_job import write_build_report
 

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Tuple
 
 import apache_beam as beam
 
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.pipelines.building import placement
 from tfrecord_io.pipelines.building.build_spec import BuildSpec
 from tfrecord_io.pipelines.building.row_plan import PlanSummary, fingerprint, pack, prepare_batch, unpack
@@ -109,7 +109,7 @@ def every_shard(counts: Dict[str, int]):
 
 class ClaimVersion(beam.DoFn):
     """Once the fingerprint is known: claim the version for this run, or find it already
-    published from the same inputs (``dataset_dir.claim_for_run``). Runs once (its
+    published from the same inputs (``dataset_writer.claim_for_run``). Runs once (its
     input is the one summary); the shard writers wait for it as a side input."""
 
     def __init__(self, spec: BuildSpec):
@@ -122,5 +122,5 @@ class ClaimVersion(beam.DoFn):
 
             raise InputError(f"the input of {spec.name!r} has no rows: nothing to build into {spec.version_dir}")
         fp = fingerprint(spec.fingerprint_settings(), summary)
-        claim = dataset_dir.claim_for_run(spec.version_dir, spec.run_id, fp)
+        claim = dataset_writer.claim_for_run(spec.version_dir, spec.run_id, fp)
         yield {**claim, "fingerprint": fp}

@@ -30,7 +30,7 @@ from typing import Any, Mapping, Optional, Union
 
 import apache_beam as beam
 
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.pipelines.building import commit
 from tfrecord_io.pipelines.building.build_config import BuildConfig, as_build_config
 from tfrecord_io.pipelines.building.build_spec import BuildSpec
@@ -107,8 +107,8 @@ class BuildDataset(beam.PTransform):
         self.spec = BuildSpec(
             config=cfg,
             out_dir=cfg.output.dir,
-            version=dataset_dir.new_version_name(requested),
-            run_id=run_id or dataset_dir.new_run_id(),
+            version=dataset_writer.new_version_name(requested),
+            run_id=run_id or dataset_writer.new_run_id(),
             base_dir=base_dir,
         )
         self.spec.feature_spec()  # encoder settings checked now, not in a worker

@@ -20,7 +20,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from tfrecord_io.beam.beam_sink import DEFAULT_SHARD_NAME_TEMPLATE, shard_name
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.format.framing import FRAME_OVERHEAD
 from tfrecord_io.format.index import index_path_for
 from tfrecord_io.format.key_index import KeyIndexWriter, content_hash
@@ -133,11 +133,11 @@ class WriteShard(beam.DoFn):
         self._rejected.finish_bundle()
 
     def _beat(self) -> None:
-        """Keep the run's claim fresh while shards are written (see dataset_dir)."""
+        """Keep the run's claim fresh while shards are written (see dataset_writer)."""
         now = time.monotonic()
-        if now - self._last_beat >= dataset_dir.HEARTBEAT_S:
+        if now - self._last_beat >= dataset_writer.HEARTBEAT_S:
             self._last_beat = now
-            dataset_dir.refresh_marker(self._spec.version_dir, self._spec.run_id)
+            dataset_writer.refresh_marker(self._spec.version_dir, self._spec.run_id)
 
     def process(self, element, counts, summary, claim):
         if claim["state"] == "new":  # else already published from the same inputs: nothing to write

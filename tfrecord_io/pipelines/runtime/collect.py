@@ -30,14 +30,14 @@ from typing import Any, List, Optional
 
 import apache_beam as beam
 
-from tfrecord_io.dataset.dataset_writer import DatasetDirError
 from tfrecord_io.storage import files
+from tfrecord_io.usage_errors import UsageError
 
 # Runners whose workers, unless an environment says otherwise, are this machine's processes.
 _LOCAL_RUNNERS = {"directrunner", "switchingdirectrunner", "bundlebaseddirectrunner", "fnapirunner"}
 
 
-class ResultLocationError(DatasetDirError):
+class ResultLocationError(UsageError, ValueError):
     """A job on workers that may not share the launcher's disk has no shared place for
     its results; the message names the flag to set (a usage error, exit 2)."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from tfrecord_io.dataset import dataset_writer as dataset_dir
+from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.dataset.path_specs import has_glob
 from tfrecord_io.format.index import INDEX_SUFFIXES
 from tfrecord_io.storage import files
@@ -21,7 +21,7 @@ from tfrecord_io.usage_errors import NoInputError
 def dataset_target(paths: List[str]) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
     """``(version_dir, info)`` when ``paths`` names one built dataset (its root, following
     ``LATEST``, or a version directory; local or any Beam filesystem), else ``(None, None)``."""
-    version_dir, info = dataset_dir.find_dataset(paths)
+    version_dir, info = dataset_writer.find_dataset(paths)
     return (version_dir, info) if info is not None else (None, None)
 
 
@@ -41,9 +41,9 @@ def expand_patterns(patterns: Iterable[str]) -> List[str]:
     every ``*.tfrecord*`` file under it (index files excluded); anything else is a glob."""
     out: List[str] = []
     for pattern in patterns:
-        version_dir, info = dataset_dir.find_dataset([pattern])
+        version_dir, info = dataset_writer.find_dataset([pattern])
         if version_dir is not None and info is not None:
-            out.extend(s["abspath"] for s in dataset_dir.dataset_shards(version_dir, info))
+            out.extend(s["abspath"] for s in dataset_writer.dataset_shards(version_dir, info))
         elif os.path.isdir(pattern):
             for root, _, names in os.walk(pattern):
                 out.extend(_tfrecord_files(os.path.join(root, name) for name in sorted(names)))
@@ -59,7 +59,7 @@ def resolve_inputs(paths: List[str]) -> List[str]:
     else :func:`expand_patterns` of them."""
     version_dir, info = dataset_target(paths)
     if version_dir is not None and info is not None:
-        return [s["abspath"] for s in dataset_dir.dataset_shards(version_dir, info)]
+        return [s["abspath"] for s in dataset_writer.dataset_shards(version_dir, info)]
     return expand_patterns(paths)
 
 
