@@ -189,6 +189,9 @@ def test_s3_server_stopped_during_a_build_is_reported_within_the_bound(own_s3, d
     failed_unretried = "?uploads" in failure and "WriteShard" in failure
     assert said_retrying or failed_unretried, stderr
     assert not os.path.exists(own_s3.object_path(f"{out}/LATEST"))
+    if "StorageUnavailableError" in failure.split("state:", 1)[0]:  # the store's outage failed the job:
+        # what it left was looked for briefly, not for a second storage timeout
+        assert "looked for up to 5s after the job failed on storage" in failure, failure
 
 
 #: what Beam 2.62's retry loop logs before each wait (``apache_beam.utils.retry``)
@@ -224,6 +227,85 @@ def test_progress_line_says_retrying_from_beams_retry_announcement():
                 announce_beam_retry(40.0)  # the next wait ends past 30 s
     finally:
         storage_retry.set_storage_timeout(None)
+
+
+def test_the_timeout_at_most_bounds_a_longer_or_unbounded_one_and_restores_it():
+    """``storage_timeout_at_most``: a 30 s or an unbounded (0) timeout is 5 s within, a
+    shorter one stays, and the one set before is back after (also after an error); a
+    retry past 5 s within gives up."""
+    storage_retry.install()
+    try:
+        for before, within in ((30.0, 5.0), (0.0, 5.0), (2.0, 2.0)):
+            storage_retry.set_storage_timeout(before)
+            with storage_retry.storage_timeout_at_most(5) as timeout:
+                assert timeout == storage_retry.storage_timeout() == within
+            assert storage_retry.storage_timeout() == before
+        storage_retry.set_storage_timeout(30)
+        with pytest.raises(storage_retry.StorageUnavailableError, match="gave up at the storage timeout of 5s"):
+            with storage_retry.storage_timeout_at_most(5):
+                announce_beam_retry(8.0)  # within 30 s, past 5 s
+        assert storage_retry.storage_timeout() == 30
+    finally:
+        storage_retry.set_storage_timeout(None)
+
+
+def test_a_failed_jobs_state_is_looked_for_briefly_after_a_storage_outage():
+    """The failure block of a job that failed because a store kept failing: the look at
+    what it left gives up on that store within ``AFTER_OUTAGE_TIMEOUT_S`` (not a second
+    whole storage timeout), and says so; after another failure the timeout stays."""
+    import argparse
+
+    from tfrecord_io.pipelines import cli
+
+    storage_retry.install()
+    storage_retry.set_storage_timeout(20)
+    seen = []
+
+    def state():
+        seen.append(storage_retry.storage_timeout())
+        announce_beam_retry(8.0)  # the store is still down
+        return ["LATEST still points at v0"]
+
+    args = argparse.Namespace(command="build", failure_state=state)
+    outage = "StorageUnavailableError: storage unavailable: http://127.0.0.1:9/bucket kept failing for 23s"
+    try:
+        (line,) = cli._failure_state(args, outage)
+        assert seen == [storage_retry.AFTER_OUTAGE_TIMEOUT_S] == [5.0]
+        assert line.startswith("could not be determined: storage unavailable: http://127.0.0.1:9/bucket/key"), line
+        assert line.endswith("looked for up to 5s after the job failed on storage"), line
+        assert storage_retry.storage_timeout() == 20
+        # another cause (a corrupt record, a refusal): the whole timeout, and 8 s is within it
+        for cause in ("CorruptRecordError: a.tfrecord, byte offset 30", "StorageAccessError: access denied"):
+            assert cli._failure_state(args, cause) == ["LATEST still points at v0"] and seen[-1] == 20
+
+        def down():
+            announce_beam_retry(30.0)  # past the whole timeout: the store went down after another failure
+            return []
+
+        args.failure_state = down
+        (line,) = cli._failure_state(args, "CorruptRecordError: a.tfrecord, byte offset 30")
+        assert "gave up at the storage timeout of 20s" in line and "looked for" not in line, line
+    finally:
+        storage_retry.set_storage_timeout(None)
+
+
+def test_an_outage_is_told_from_other_failures_in_the_chain_and_in_text():
+    """``is_outage``: a StorageUnavailableError raised here or under another exception, or
+    named in a runner's traceback text; not a refusal, not another error."""
+    from tfrecord_io.errors import StorageAccessError, StorageUnavailableError
+
+    try:
+        try:
+            raise StorageUnavailableError("storage unavailable: http://127.0.0.1:9")
+        except StorageUnavailableError as inner:
+            raise RuntimeError("the pipeline failed") from inner
+    except RuntimeError as outer:
+        wrapped = outer
+    assert storage_retry.is_outage(wrapped)
+    assert storage_retry.is_outage(RuntimeError("Traceback ...\nStorageUnavailableError: storage unavailable: x"))
+    assert not storage_retry.is_outage(StorageAccessError("access denied"))
+    assert not storage_retry.is_outage(RuntimeError("CorruptRecordError: a.tfrecord"))
+    assert not storage_retry.is_outage("")
 
 
 def test_the_guard_sees_retries_while_logging_is_switched_off():

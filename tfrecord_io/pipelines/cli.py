@@ -209,14 +209,25 @@ READ_ONLY_STATE = {
 }
 
 
-def _failure_state(args) -> List[str]:
+def _failure_state(args, cause: str = "") -> List[str]:
+    """What the failed job left (its ``failure_state``, or the read-only commands' line).
+    After an outage (``cause`` a store that kept failing) the look waits on storage for
+    at most ``storage_retry.AFTER_OUTAGE_TIMEOUT_S``, and says so if the store is still down."""
     state = getattr(args, "failure_state", None)
     if state is None:
         return list(READ_ONLY_STATE.get(args.command, ["unknown"]))
-    try:
-        return state()
-    except Exception as err:  # noqa: BLE001 - the block must still print
-        return [f"could not be determined: {err}"]
+    from tfrecord_io.storage import storage_retry
+
+    with storage_retry.after_failure(cause) as timeout:
+        try:
+            return state()
+        except Exception as err:  # noqa: BLE001 - the block must still print
+            if storage_retry.is_outage(cause) and storage_retry.is_outage(err):
+                what = str(err).split("; gave up at", 1)[0]
+                return [
+                    f"could not be determined: {what}; looked for up to {timeout:g}s after the job failed on storage"
+                ]
+            return [f"could not be determined: {err}"]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -391,7 +402,7 @@ def _failed(args, log, err: BaseException) -> int:
     else:
         cause = root_cause(err, log.thread_errors)
         what, where, code = cause.line, cause.where(), EXIT_FAILED
-    block = failure_block(args.command, what, _failure_state(args), code, where, log.path)
+    block = failure_block(args.command, what, _failure_state(args, what), code, where, log.path)
     log.record(block)
     if not log.verbose:
         print(block, file=log.terminal, flush=True)

@@ -37,6 +37,7 @@ only).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -45,7 +46,7 @@ import threading
 import time
 import weakref
 from types import FrameType
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Union
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -68,6 +69,9 @@ __all__ = [
     "install",
     "storage_timeout",
     "set_storage_timeout",
+    "storage_timeout_at_most",
+    "after_failure",
+    "is_outage",
 ]
 
 Listener = Callable[[Dict[str, Any]], None]
@@ -119,6 +123,57 @@ def set_storage_timeout(seconds: Optional[float]) -> None:
     """Set this process's storage timeout (``None``: back to options / environment / default)."""
     global _timeout_override
     _timeout_override = None if seconds is None else float(seconds)
+
+
+#: Seconds the clean-up and the look at what a failed job left may wait on storage when
+#: the job failed because a store kept failing for its whole storage timeout: they are a
+#: few requests to the same store, unlikely to be back, and a second full timeout each
+#: only delayed the report (a build to a stopped S3 server with a 20 s timeout: its
+#: clean-up and state took 30 s more).
+AFTER_OUTAGE_TIMEOUT_S = 5.0
+
+
+def is_outage(err: Union[BaseException, str]) -> bool:
+    """Did a job fail because a store kept failing: a :class:`StorageUnavailableError`
+    in ``err``'s chain, or named in its text (portable runners re-raise a worker's
+    exception as its traceback text)? A refusal (``StorageAccessError``) is not."""
+    if isinstance(err, str):
+        return f"{StorageUnavailableError.__name__}: " in err
+    seen: List[BaseException] = []
+    current: Optional[BaseException] = err
+    while current is not None and all(current is not s for s in seen):
+        if isinstance(current, StorageUnavailableError) and not isinstance(current, StorageAccessError):
+            return True
+        if is_outage(str(current)):
+            return True
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def after_failure(err: Union[BaseException, str]) -> ContextManager[float]:
+    """Around a failed job's clean-up and the look at what it left: the storage timeout
+    at most :data:`AFTER_OUTAGE_TIMEOUT_S` when ``err`` is an outage, else unchanged."""
+    if is_outage(err):
+        return storage_timeout_at_most(AFTER_OUTAGE_TIMEOUT_S)
+    return contextlib.nullcontext(storage_timeout())
+
+
+@contextlib.contextmanager
+def storage_timeout_at_most(seconds: float) -> Iterator[float]:
+    """Within: this process's storage timeout is at most ``seconds`` (an unbounded one,
+    ``0``, counts as longer); yields the timeout in force. For the launcher's look at what
+    a failed job left when the job failed because a store kept failing: that store has
+    just been given the whole timeout, and a second one would only delay the report."""
+    global _timeout_override
+    before = _timeout_override
+    current = storage_timeout()
+    if current <= 0 or current > seconds:
+        _timeout_override = float(seconds)
+    try:
+        yield storage_timeout()
+    finally:
+        _timeout_override = before
 
 
 def storage_timeout() -> float:

@@ -58,7 +58,7 @@ from tfrecord_io.pipelines.building.transform import BuildDataset
 from tfrecord_io.pipelines.building.write import dataset_shard_name  # noqa: F401 - re-exported for the jobs
 from tfrecord_io.pipelines.runtime import worker_core
 from tfrecord_io.pipelines.runtime.progress import ProgressPrinter
-from tfrecord_io.storage import files
+from tfrecord_io.storage import files, storage_retry
 
 TOOL_VERSION = __version__
 
@@ -228,12 +228,13 @@ def run_build(
                     "choose another --version"
                 ) from None
             raise
-        claim.release()  # first: a finalize still running elsewhere then refuses to publish (commit.check_claim)
-        log(
-            f"build failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
-            f"{left_after_failure(out_dir, claimed['version'], claim.run_id)}; "
-            f"LATEST names {dataset_writer.read_latest(out_dir) or 'nothing'}"
-        )
+        with storage_retry.after_failure(err):  # a store that kept failing: not a second timeout each
+            claim.release()  # first: a finalize still running elsewhere then refuses to publish (commit.check_claim)
+            log(
+                f"build failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+                f"{left_after_failure(out_dir, claimed['version'], claim.run_id)}; "
+                f"LATEST names {dataset_writer.read_latest(out_dir) or 'nothing'}"
+            )
         raise
     was_published = claim is None
     if claim is not None:

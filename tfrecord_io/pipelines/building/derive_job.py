@@ -17,7 +17,7 @@ from tfrecord_io.pipelines.building.build_config import BuildConfig, as_build_co
 from tfrecord_io.pipelines.building.build_job import BuildSummary, claim_version, left_after_failure
 from tfrecord_io.pipelines.building.build_spec import BuildSpec
 from tfrecord_io.pipelines.runtime.progress import ProgressPrinter
-from tfrecord_io.storage import files
+from tfrecord_io.storage import files, storage_retry
 
 
 def run_derive(
@@ -86,18 +86,19 @@ def run_derive(
                     spec, base_name, base, on_existing, bar.dir, rows=rows, key_lines=keys
                 )
     except BaseException as err:
-        if claim is not None:
-            claim.release()
-            log(
-                f"{operation} failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
-                f"{left_after_failure(out_dir, claimed['version'], claim.run_id)}; "
-                f"LATEST names {dataset_writer.read_latest(out_dir) or 'nothing'}"
-            )
+        with storage_retry.after_failure(err):  # a store that kept failing: not a second timeout each
+            if claim is not None:
+                claim.release()
+                log(
+                    f"{operation} failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+                    f"{left_after_failure(out_dir, claimed['version'], claim.run_id)}; "
+                    f"LATEST names {dataset_writer.read_latest(out_dir) or 'nothing'}"
+                )
+            base_claim.release()
         if workers is not None:
             workers.close(kill=True)
         raise
-    finally:
-        base_claim.release()
+    base_claim.release()
     claim.release()
     version_dir = files.join(out_dir, version)
     info = dataset_writer.load_info(version_dir)
