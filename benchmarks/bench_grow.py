@@ -2,15 +2,18 @@
 rows to it (``build --append``), and look-ups by key (``open_dataset(root).get``) on
 local disk and on the S3 server (versitygw on 127.0.0.1).
 
-Rows: ``id`` (the key), an int label and ~40 bytes of text (no media: the build's own
-costs, not a decoder's, so the append's share is the hardest case). Order: full build,
+Rows (``--rows-kind``): ``text`` (default): ``id`` (the key), an int label and ~40 bytes
+of text, no media: the build's own costs, not a decoder's, so the append's share is the
+hardest case. ``images``: ``id``, a label and one 20x20 JPEG kept as bytes (the rows of
+``bench_jobs.py --dataset images``: every row reads and checks its image, as a dataset
+of images that grows does). Order: full build,
 append, full build, append (each in its own process, 2 local workers), medians reported
 with CPU seconds (user+sys of the process and its children). Look-ups: one cold look-up
 (open the dataset: LATEST, tfrecord_io_info.json, the split's key index footer; then one
 probe and one record read), then ``--lookups`` random keys one after another in one
 process (the median and p99 latency and the rate).
 
-    python benchmarks/bench_grow.py [--rows 1000000] [--append 10000] [--lookups 10000] [--s3]
+    python benchmarks/bench_grow.py [--rows 1000000] [--append 10000] [--lookups 10000] [--s3] [--rows-kind images]
 """
 
 from __future__ import annotations
@@ -31,23 +34,40 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks.bench_build import timed  # noqa: E402
+from benchmarks.bench_jobs import write_tiny_jpeg  # noqa: E402
 
 FLAGS = ["--runner=DirectRunner", "--direct_num_workers=2", "--direct_running_mode=multi_processing"]
 
 
-def manifest(path: str, start: int, n: int) -> str:
+def manifest(path: str, start: int, n: int, kind: str = "text") -> str:
+    """JSONL rows ``start`` .. ``start + n``; ``images``: each names ``image.jpg`` beside it."""
+    if kind == "images":
+        image = os.path.join(os.path.dirname(path), "image.jpg")
+        if not os.path.exists(image):
+            write_tiny_jpeg(image)
     with open(path, "w") as f:
         for i in range(start, start + n):
-            f.write(json.dumps({"id": f"row{i:09d}", "label": i % 10, "text": f"caption number {i} of the set"}) + "\n")
+            row: Dict[str, Any] = {"id": f"row{i:09d}", "label": i % 10}
+            if kind == "images":
+                row["path"] = "image.jpg"
+            else:
+                row["text"] = f"caption number {i} of the set"
+            f.write(json.dumps(row) + "\n")
     return path
 
 
-def config(path: str, rows: str, out: str) -> str:
+COLUMNS = {
+    "text": {"label": {"encoder": "int"}, "text": {"encoder": "text"}},
+    "images": {"label": {"encoder": "int"}, "image": {"encoder": "image", "column": "path"}},
+}
+
+
+def config(path: str, rows: str, out: str, kind: str = "text") -> str:
     cfg = {
         "name": "grow",
         "input": {"manifest": rows},
         "key": "id",
-        "columns": {"label": {"encoder": "int"}, "text": {"encoder": "text"}},
+        "columns": COLUMNS[kind],
         "splits": {"train": 0.8, "test": 0.2},
         "sharding": {"num_shards": 8},
         "output": {"dir": out},
@@ -101,18 +121,24 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--s3", action="store_true", help="also look up on versitygw (TFRECORD_IO_VERSITYGW)")
     ap.add_argument("--workdir", default="")
+    ap.add_argument("--rows-kind", choices=sorted(COLUMNS), default="text", help="what a row holds (see above)")
     args = ap.parse_args()
     work = args.workdir or tempfile.mkdtemp(prefix="bench-grow-")
     os.makedirs(work, exist_ok=True)
-    base_rows = manifest(os.path.join(work, "base.jsonl"), 0, args.rows)
-    new_rows = manifest(os.path.join(work, "new.jsonl"), args.rows, args.append)
-    print(f"{args.rows:,} rows + {args.append:,} appended; {os.cpu_count()} CPUs; load {os.getloadavg()[0]:.1f}")
+    base_rows = manifest(os.path.join(work, "base.jsonl"), 0, args.rows, args.rows_kind)
+    new_rows = manifest(os.path.join(work, "new.jsonl"), args.rows, args.append, args.rows_kind)
+    print(
+        f"{args.rows:,} {args.rows_kind} rows + {args.append:,} appended; {os.cpu_count()} CPUs; "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
     full, app = [], []
     for r in range(args.repeat):
         out = os.path.join(work, f"out{r}")
         shutil.rmtree(out, ignore_errors=True)
-        full.append(build([config(os.path.join(work, f"full{r}.yaml"), base_rows, out), "--version", "v1"]))
-        app.append(build([config(os.path.join(work, f"app{r}.yaml"), new_rows, out), "--append", "--version", "v2"]))
+        full_config = config(os.path.join(work, f"full{r}.yaml"), base_rows, out, args.rows_kind)
+        full.append(build([full_config, "--version", "v1"]))
+        app_config = config(os.path.join(work, f"app{r}.yaml"), new_rows, out, args.rows_kind)
+        app.append(build([app_config, "--append", "--version", "v2"]))
         print(
             f"  run {r}: full build {full[-1]['wall']:.1f}s (CPU {full[-1]['user'] + full[-1]['sys']:.1f}s), "
             f"append {app[-1]['wall']:.1f}s (CPU {app[-1]['user'] + app[-1]['sys']:.1f}s)",

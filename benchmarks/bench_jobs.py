@@ -136,24 +136,30 @@ def make_dataset(root: str, n: int, shards: int = SHARDS) -> None:
 IMAGE_LABELS = ["cat", "dog", "bird", "fish"]
 
 
+def write_tiny_jpeg(path: str) -> None:
+    """One 20x20 JPEG of ~630 bytes (a noisy gradient): with a build's other features an
+    Example of ~820 bytes, as in issue #24."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    y, x = np.mgrid[0:20, 0:20]
+    gradient = np.stack([x * 255 / 20, y * 255 / 20, (x + y) * 128 / 20], -1)
+    pixels = np.clip(gradient + rng.normal(0, 20, gradient.shape), 0, 255).astype(np.uint8)
+    Image.fromarray(pixels).save(path, "JPEG", quality=90, optimize=True)
+
+
 def make_image_dataset(root: str, n: int, shards: int = SHARDS) -> None:
     """Version ``v1`` under ``root``, built by ``tfrecord-io build`` (2 local workers) from a
     manifest of ``n`` rows over one 20x20 JPEG, label ``IMAGE_LABELS[i % 4]``, image bytes
     kept: what a build writes, every file included."""
     import csv
 
-    import numpy as np
     import yaml
-    from PIL import Image
 
     media = root + "-media"
     os.makedirs(media, exist_ok=True)
-    rng = np.random.default_rng(0)
-    y, x = np.mgrid[0:20, 0:20]
-    gradient = np.stack([x * 255 / 20, y * 255 / 20, (x + y) * 128 / 20], -1)
-    pixels = np.clip(gradient + rng.normal(0, 20, gradient.shape), 0, 255).astype(np.uint8)
-    # ~630 bytes: with the build's other features an Example of ~820 bytes, as in issue #24
-    Image.fromarray(pixels).save(os.path.join(media, "image.jpg"), "JPEG", quality=90, optimize=True)
+    write_tiny_jpeg(os.path.join(media, "image.jpg"))
     manifest = os.path.join(media, "manifest.csv")
     with open(manifest, "w", newline="") as f:
         w = csv.writer(f)
