@@ -264,7 +264,7 @@ def split_cpus(server_pid: int, text: str) -> Tuple[Set[int], Set[int]]:
 
 def with_transport(module, transport: str, make: Callable[[], DataLoader]) -> Callable[[], DataLoader]:
     """``make`` with the S3 range GETs of this process (and the workers it forks) sent
-    through ``transport`` (``remote_reader._transport``)."""
+    through ``transport`` (``s3_objects._transport``)."""
 
     def made() -> DataLoader:
         module._transport = transport
@@ -277,6 +277,7 @@ def bench_s3(args) -> None:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.join(here, "tests"))
     from tfrecord_io.format import remote_reader
+    from tfrecord_io.storage import s3_objects
 
     from s3support import find_versitygw, start_versitygw
 
@@ -305,15 +306,15 @@ def bench_s3(args) -> None:
         w = args.workers
         contenders = [
             batched_loader(paths, w),
-            with_transport(remote_reader, args.s3_transport, batched_loader(urls, w)),
+            with_transport(s3_objects, args.s3_transport, batched_loader(urls, w)),
             batched_loader(paths, w, shuffle="global", seed=1),
-            with_transport(remote_reader, args.s3_transport, batched_loader(urls, w, shuffle="global", seed=1)),
+            with_transport(s3_objects, args.s3_transport, batched_loader(urls, w, shuffle="global", seed=1)),
         ]
         others = [t for t in (args.s3_compare or "").split(",") if t]
         for t in others:  # other transports, interleaved in the same rounds
             contenders += [
-                with_transport(remote_reader, t, batched_loader(urls, w)),
-                with_transport(remote_reader, t, batched_loader(urls, w, shuffle="global", seed=1)),
+                with_transport(s3_objects, t, batched_loader(urls, w)),
+                with_transport(s3_objects, t, batched_loader(urls, w, shuffle="global", seed=1)),
             ]
         placement = "the server and the readers share every CPU"
         if args.s3_server_cpus:
@@ -370,7 +371,7 @@ def bench_s3(args) -> None:
 
 def with_gcs_reads(module, on: bool, make_loader: Callable[[], Callable[[], DataLoader]]) -> Callable[[], DataLoader]:
     """A loader over ``gs://`` objects read by ``remote_reader`` (``on``) or by Beam's
-    ``FileSystems`` as before (``remote_reader._gcs_reads`` off while the dataset is made
+    ``FileSystems`` as before (``remote_objects._gcs_reads`` off while the dataset is made
     and while its workers fork)."""
     module._gcs_reads = on
     make = make_loader()
@@ -387,6 +388,7 @@ def bench_gcs(args) -> None:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.join(here, "tests"))
     from tfrecord_io.format import remote_reader
+    from tfrecord_io.storage import remote_objects
 
     from gcs_support import find_fake_gcs_server, start_fake_gcs_server
 
@@ -411,11 +413,11 @@ def bench_gcs(args) -> None:
         w = args.workers
         contenders = [
             batched_loader(paths, w),
-            with_gcs_reads(remote_reader, True, lambda: batched_loader(urls, w)),
-            with_gcs_reads(remote_reader, False, lambda: batched_loader(urls, w)),
+            with_gcs_reads(remote_objects, True, lambda: batched_loader(urls, w)),
+            with_gcs_reads(remote_objects, False, lambda: batched_loader(urls, w)),
             batched_loader(paths, w, shuffle="global", seed=1),
-            with_gcs_reads(remote_reader, True, lambda: batched_loader(urls, w, shuffle="global", seed=1)),
-            with_gcs_reads(remote_reader, False, lambda: batched_loader(urls, w, shuffle="global", seed=1)),
+            with_gcs_reads(remote_objects, True, lambda: batched_loader(urls, w, shuffle="global", seed=1)),
+            with_gcs_reads(remote_objects, False, lambda: batched_loader(urls, w, shuffle="global", seed=1)),
         ]
         load_before = _load()
         rates = best_rates_and_server(contenders, args.repeats, server.process.pid)

@@ -147,6 +147,9 @@ def test_no_import_cycles_among_our_modules():
     assert (
         "tfrecord_io.pipelines.runtime.beam_options" in graph and "tfrecord_io.format.framing" in graph
     )  # the walk saw them
+    # object access (ranged reads, the stores) is storage's, below the format it serves
+    assert "tfrecord_io.storage.remote_objects" in graph["tfrecord_io.storage.range_reads"]
+    assert "tfrecord_io.storage.range_reads" in graph["tfrecord_io.format.remote_reader"]
     found = cycles(graph)
     assert not found, "import cycles (imports inside functions count too):\n" + "\n\n".join(
         _describe(c, graph) for c in found

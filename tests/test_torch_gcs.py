@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 
 from tfrecord_io.format import remote_reader
 from tfrecord_io.format.remote_reader import STATS, RemoteObjectChangedError
+from tfrecord_io.storage import range_reads
 from tfrecord_io.torch import TFRecordBatchDataset, TFRecordDataset
 
 from tests.torch_data import write_examples
@@ -144,7 +145,7 @@ def test_fetch_many_and_the_cache_on_gcs(remote, tmp_path, monkeypatch):
     got = remote_reader.fetch_many(ranges)
     assert [bytes(v) for v in got] == [want[a:b] for _, a, b in ranges]
     assert STATS.requests == len(ranges) and STATS.bytes == obj.size
-    monkeypatch.setattr(remote_reader, "CACHE_CHUNK", 4096)
+    monkeypatch.setattr(range_reads, "CACHE_CHUNK", 4096)
     remote_reader.configure(cache_dir=str(tmp_path / "cache"), cache_bytes=1 << 20)
     STATS.reset()
     assert bytes(remote_reader.read_range(obj, 0, obj.size)) == want

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 from tfrecord_io.errors import TFRecordError
 from tfrecord_io.format import remote_reader
 from tfrecord_io.format.remote_reader import STATS, RemoteObjectChangedError
+from tfrecord_io.storage import range_reads, remote_objects, s3_objects
 from tfrecord_io.torch import MultiTFRecordDataset, TFRecordBatchDataset, TFRecordDataset
 
 from tests.s3support import CuttingProxy, find_versitygw, start_versitygw
@@ -192,7 +193,7 @@ def test_a_state_refers_to_the_object_versions(remote):
 
 def test_the_cache_serves_a_second_epoch_and_keeps_its_cap(remote, tmp_path, monkeypatch):
     local, urls, _, _ = remote
-    monkeypatch.setattr(remote_reader, "CACHE_CHUNK", 4096)
+    monkeypatch.setattr(range_reads, "CACHE_CHUNK", 4096)
     cache = str(tmp_path / "cache")
     total = sum(os.path.getsize(p) for p in local)
     remote_reader.configure(cache_dir=cache, cache_bytes=10 * total)
@@ -239,13 +240,13 @@ def test_receive_buffers_are_reused_only_when_no_view_is_alive(remote, monkeypat
     obj = remote_reader.stat(urls[1])
     small = remote_reader.read_range(obj, 0, 1000)
     assert len(small.obj) == 1000
-    monkeypatch.setattr(remote_reader, "POOLED_MIN", 0)  # pool these small test reads
+    monkeypatch.setattr(range_reads, "POOLED_MIN", 0)  # pool these small test reads
     want = open(local[1], "rb").read()
     ranges = [(a, min(a + 1000, obj.size)) for a in range(0, obj.size, 1000)]
     kept = list(remote_reader.fetch_ahead(obj, ranges))  # every view alive at once
     assert b"".join(bytes(v) for v in kept) == want
     del kept
-    pool = remote_reader._BUFFERS
+    pool = range_reads._BUFFERS
     before = [id(b) for b in pool._buffers]
     for view in remote_reader.fetch_ahead(obj, ranges):  # each view dropped before the next is used
         assert len(view) > 0
@@ -320,7 +321,7 @@ def test_a_server_that_keeps_breaking_off_is_an_error_naming_the_object(remote, 
         with pytest.raises(TFRecordError, match="range read of bytes 0-99 failed") as err:
             remote_reader.read_range(obj, 0, 100)
         assert urls[0] in str(err.value)
-        assert proxy.connections == remote_reader.TRIES
+        assert proxy.connections == remote_objects.TRIES
     finally:
         proxy.close()
 
@@ -402,7 +403,7 @@ def test_a_client_of_ones_own_reads_through_get_object(remote, s3_server, monkey
             aws_access_key_id=s3_server.access_key,
             aws_secret_access_key=s3_server.secret_key,
             region_name=s3_server.region,
-            config=remote_reader._config(),
+            config=s3_objects._config(),
         )
 
     try:
@@ -412,7 +413,7 @@ def test_a_client_of_ones_own_reads_through_get_object(remote, s3_server, monkey
         ranges = [(a, min(a + BLOCK, obj.size)) for a in range(0, obj.size, BLOCK)]
         assert b"".join(bytes(v) for v in remote_reader.fetch_ahead(obj, ranges)) == want
         assert STATS.bytes == obj.size and STATS.requests == 3  # two cut bodies: the rest asked for twice
-        assert made and not remote_reader._signed  # nothing presigned: get_object did it
+        assert made and not s3_objects._signed  # nothing presigned: get_object did it
         data = bytearray(open(local[0], "rb").read())
         data[100] ^= 0xFF
         client.put_object(Bucket=bucket, Key="data/r-0.tfrecord", Body=bytes(data))
@@ -420,6 +421,6 @@ def test_a_client_of_ones_own_reads_through_get_object(remote, s3_server, monkey
             remote_reader.read_range(obj, 0, 100)
         assert urls[0] in str(err.value)
     finally:
-        remote_reader._settings.client_factory = None
+        remote_objects._settings.client_factory = None
         remote_reader.reset_client()
         proxy.close()

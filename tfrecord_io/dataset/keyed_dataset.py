@@ -9,7 +9,7 @@ between versions), so only one split's index is probed; a version whose config d
 say how it split (built by other tools) has every split probed.
 
 Local files are read with ``pread``; ``s3://`` objects with range GETs
-(``tfrecord_io.format.remote_reader``: credentials and endpoint from boto3's usual sources,
+(``tfrecord_io.storage.range_reads``: credentials and endpoint from boto3's usual sources,
 no HEAD: sizes come from ``tfrecord_io_info.json``); other URLs through Beam's
 filesystems. Nothing here imports Beam (unless a non-S3 URL is read) or torch.
 """

@@ -525,11 +525,11 @@ class _Source:
                 self._fd = os.open(files._local(self.path), os.O_RDONLY)
             data = os.pread(self._fd, size, offset)
         elif self.path.startswith("s3://") and not self._via_filesystems:
-            from . import remote_reader
+            from ..storage import range_reads, remote_objects
 
             if self._obj is None:
-                self._obj = remote_reader.RemoteObject(self.path, int(cast(int, self.size)), "")
-            data = remote_reader.read_range(self._obj, offset, offset + size)
+                self._obj = remote_objects.RemoteObject(self.path, int(cast(int, self.size)), "")
+            data = range_reads.read_range(self._obj, offset, offset + size)
         elif self.path.startswith("gs://") and not self._via_filesystems:
             from ..storage import gcs_clients
 

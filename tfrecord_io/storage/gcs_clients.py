@@ -175,7 +175,7 @@ def storage_client(options: Any = None) -> Any:
     return client
 
 
-#: connections kept per host: the range reader (``remote_reader``) has up to
+#: connections kept per host: the range reader (``range_reads``) has up to
 #: ``random_parallel`` (16) GETs in flight for a global-shuffle window, plus read-ahead
 POOL_SIZE = 64
 

@@ -8,8 +8,8 @@ from typing import Any, Dict, Optional, Sequence, Union
 
 from ..dataset.dataset_reader import DatasetSelection, select_dataset
 from ..format import remote_reader
-from ..format.remote_reader import RemoteObject
 from ..format.sharding import FileInfo, describe_file
+from ..storage.remote_objects import RemoteObject, handles
 from .batched import TFRecordBatchDataset
 from .dataset import TFRecordDataset
 from .options import ReadOptions
@@ -56,7 +56,7 @@ def from_dataset(
     def describe(path: str, index: Optional[str], compression: Optional[str]) -> FileInfo:
         # S3 and GCS shards by the range reader's own requests (Beam's S3 filesystem makes
         # a boto3 client per call, ~0.8 s each), pinned to the ETag or generation they have now
-        if not remote_reader.handles(path) or (index is not None and not remote_reader.handles(index)):
+        if not handles(path) or (index is not None and not handles(index)):
             return describe_file(path, index, compression)
         info, obj = remote_reader.describe(path, index, compression)
         objects[path] = obj

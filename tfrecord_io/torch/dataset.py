@@ -59,8 +59,9 @@ from ..errors import ExampleCodecError, IndexFileError
 from ..format import remote_reader
 from ..format.codec import Description, parse_example, parse_sequence_example
 from ..format.random_access import IndexedRecordReader
-from ..format.remote_reader import RemoteObject, RemoteObjectChangedError
 from ..format.sharding import FileInfo, cut, describe_files, plan_shard, shard_count, total_records
+from ..storage import range_reads
+from ..storage.remote_objects import RemoteObject, RemoteObjectChangedError, handles
 from .context import ReadContext, current_context, distributed_rank, draw_torch_seed, make_rng
 from .options import ReadKwargs, ReadOptions
 from .resume import (
@@ -217,7 +218,7 @@ class _ShardedDataset(torch.utils.data.IterableDataset):
         out: List[FileInfo] = []
         compression = self.options.compression_type
         for path, index in zip(paths, index_paths):
-            if remote_reader.handles(path):
+            if handles(path):
                 info, obj = remote_reader.describe(path, index, compression)
                 given = self._objects.setdefault(path, obj)
                 if (given.etag, given.size) != (obj.etag, obj.size):
@@ -236,8 +237,8 @@ class _ShardedDataset(torch.utils.data.IterableDataset):
         listing, ETag or generation kept): every later range read asks for that version
         and fails if it changed."""
         for f in infos:
-            if remote_reader.handles(f.path) and f.path not in self._objects:
-                self._objects[f.path] = remote_reader.stat(f.path, f.size)
+            if handles(f.path) and f.path not in self._objects:
+                self._objects[f.path] = range_reads.stat(f.path, f.size)
 
     def _rank(self) -> Tuple[int, int]:
         """(rank, world size) of this process, for ``len``."""

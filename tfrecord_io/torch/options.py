@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, Mapping, Optional, Tuple, TypedDict
 
-from ..format.remote_reader import RemoteObject
+from ..storage.remote_objects import RemoteObject
 from .resume import DEFAULT_GLOBAL_WINDOW
 
 #: ``shuffle=`` values: None (the buffer and file shuffles, as set) or one permutation per epoch

@@ -36,9 +36,9 @@ from ..errors import TFRecordError
 from ..format import remote_reader
 from ..format.framing import FRAME_OVERHEAD, FrameStream
 from ..format.random_access import _map_local, decode_frame
-from ..format.remote_reader import RemoteObject
 from ..format.sharding import FileInfo, Piece, read_piece
-from ..storage import files
+from ..storage import files, range_reads
+from ..storage.remote_objects import RemoteObject
 
 #: the state's format; a state of another format is refused, never guessed at
 STATE_FORMAT = "tfrecord_io.torch.state/1"
@@ -144,7 +144,7 @@ def reread(entries: Sequence[Any], check_crc: bool, objects: Mapping[str, Remote
     out: List[Located] = []
     maps: Dict[str, Any] = {}
     remote = [(i, e) for i, e in enumerate(entries) if e[0] in objects and not isinstance(e[2], bytes)]
-    fetched = remote_reader.fetch_many([(objects[e[0]], e[1], e[1] + e[2] + FRAME_OVERHEAD) for _, e in remote])
+    fetched = range_reads.fetch_many([(objects[e[0]], e[1], e[1] + e[2] + FRAME_OVERHEAD) for _, e in remote])
     by_pos = {i: data for (i, _), data in zip(remote, fetched)}
     for i, (path, offset, what) in enumerate(entries):
         if isinstance(what, bytes):
@@ -315,7 +315,7 @@ class GlobalSource:
             else:
                 runs.append((obj, off, off + size, [k]))
         if runs:
-            for (_, s, _, members), data in zip(runs, remote_reader.fetch_many([(o, s, e) for o, s, e, _ in runs])):
+            for (_, s, _, members), data in zip(runs, range_reads.fetch_many([(o, s, e) for o, s, e, _ in runs])):
                 view = memoryview(data)
                 for k in members:
                     rel = int(offsets[k]) - s
