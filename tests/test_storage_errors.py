@@ -112,3 +112,25 @@ def test_an_existing_storage_access_error_is_kept():
         raise RuntimeError("wrapped") from first
     except RuntimeError as err:
         assert storage_errors.access_error(err, "s3://other/x") is first
+
+
+def test_reads_catch_broken_bodies_without_botocore_installed():
+    """An install for gs:// or az:// only has no botocore: the errors every store's range
+    reads catch (``s3_objects._body_errors``, evaluated when a body breaks off) must still
+    be there, without botocore's, not an ImportError in place of the read's own error."""
+    code = """
+import sys
+sys.modules["botocore"] = None  # as if not installed: its import raises ImportError
+from tfrecord_io.storage import s3_objects
+errors = s3_objects._body_errors()
+assert OSError in errors, errors
+try:
+    raise ConnectionResetError("the body broke off")
+except s3_objects._body_errors() as err:
+    print("caught", type(err).__name__)
+"""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "caught ConnectionResetError" in done.stdout, done.stderr

@@ -370,7 +370,7 @@ def test_a_reader_left_early_stops_its_threads(remote):
     obj = remote_reader.stat(urls[0])
 
     def ahead_threads():
-        return sum(t.name == "tfrecord-io-s3-ahead" and t.is_alive() for t in threading.enumerate())
+        return sum(t.name == "tfrecord-io-read-ahead" and t.is_alive() for t in threading.enumerate())
 
     before = ahead_threads()
     it = remote_reader.fetch_ahead(obj, [(a, min(a + 100, obj.size)) for a in range(0, obj.size, 100)])

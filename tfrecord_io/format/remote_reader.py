@@ -152,8 +152,9 @@ def remote_records(
 def describe(
     path: str, index_path: Optional[str] = None, compression_type: Optional[str] = None
 ) -> Tuple[Any, RemoteObject]:
-    """``sharding.describe_file`` for an ``s3://`` object, by HEAD and GET requests (no
-    listing): ``(FileInfo, RemoteObject)``, the object pinned to the ETag it has now.
+    """``sharding.describe_file`` for an object on S3, GCS or Azure, by a metadata request
+    and range GETs (no listing): ``(FileInfo, RemoteObject)``, the object pinned to the
+    version it has now (its ETag, or on GCS its generation).
     ``index_path="auto"`` looks for the index beside it by the usual names."""
     from ..errors import IndexFileError
     from ..storage import files

@@ -422,7 +422,7 @@ class _ReadAhead:
     def _start_thread(self) -> None:
         """One more producer (up to ``parallel``): started when a request is taken and
         more may follow, so a piece that is one request costs one thread."""
-        t = threading.Thread(target=self._work, name="tfrecord-io-s3-ahead", daemon=True)
+        t = threading.Thread(target=self._work, name="tfrecord-io-read-ahead", daemon=True)
         self._threads.append(t)
         t.start()
 
@@ -517,7 +517,7 @@ def _executor() -> ThreadPoolExecutor:
     global _pool, _pool_key
     key = (os.getpid(), settings().random_parallel)
     if _pool is None or _pool_key != key:  # threads do not survive a fork; a new size
-        _pool = ThreadPoolExecutor(max_workers=settings().random_parallel, thread_name_prefix="tfrecord-io-s3")
+        _pool = ThreadPoolExecutor(max_workers=settings().random_parallel, thread_name_prefix="tfrecord-io-range-read")
         _pool_key = key
     return _pool
 

@@ -24,6 +24,7 @@ body it returns. Nothing here imports torch or Beam.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -215,25 +216,31 @@ class _BotoBody:
         self.body.close()
 
 
+@functools.cache
 def _body_errors() -> Tuple[Type[Exception], ...]:
     """What a body that breaks off (or stalls) after its header raises: botocore wraps
     urllib3's ``ProtocolError``/``ReadTimeoutError`` (``ResponseStreamingError``,
     ``ReadTimeoutError``) and raises ``IncompleteReadError`` when fewer bytes than
-    ``Content-Length`` came; plain socket errors are ``OSError``."""
+    ``Content-Length`` came; plain socket errors are ``OSError``. Every store's reads
+    catch these (``range_reads``), so botocore's are added only where it is installed: an
+    install with ``gs://`` or ``az://`` only has none, and evaluating this must not fail
+    there (it would replace the read's own error with an ``ImportError``)."""
     import http.client
 
-    import urllib3
-    from botocore import exceptions as bex
-
-    return (
+    errors: Tuple[Type[Exception], ...] = (
         OSError,
         http.client.HTTPException,  # IncompleteRead of the standard library (``_UrllibBody``)
-        urllib3.exceptions.HTTPError,  # ProtocolError (IncompleteRead), ReadTimeoutError
-        bex.ResponseStreamingError,
-        bex.IncompleteReadError,
-        bex.ReadTimeoutError,
-        bex.HTTPClientError,
     )
+    try:
+        import urllib3
+    except ImportError:
+        return errors
+    errors += (urllib3.exceptions.HTTPError,)  # ProtocolError (IncompleteRead), ReadTimeoutError
+    try:
+        from botocore import exceptions as bex
+    except ImportError:
+        return errors
+    return errors + (bex.ResponseStreamingError, bex.IncompleteReadError, bex.ReadTimeoutError, bex.HTTPClientError)
 
 
 #: how S3 range GETs are sent: "presigned" (botocore presigns, urllib3 sends: see
