@@ -7,6 +7,7 @@ errors are exercised in tests/test_storage_access.py (versitygw) and tests/test_
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import pytest
@@ -134,3 +135,20 @@ except s3_objects._body_errors() as err:
 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "caught ConnectionResetError" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("value, ok", [("botocore", True), ("presigned", True), ("", True), ("botcore", False)])
+def test_the_s3_transport_variable_is_one_of_the_two_or_an_error_naming_it(value, ok):
+    """``TFRECORD_IO_S3_TRANSPORT`` picks how S3 range GETs are sent; a value it does not
+    know (a typo) is an error naming the variable and the choices, not a silent default."""
+    import subprocess
+    import sys
+
+    code = "from tfrecord_io.storage import s3_objects; print(s3_objects._transport)"
+    env = dict(os.environ, TFRECORD_IO_S3_TRANSPORT=value)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    if ok:
+        assert done.returncode == 0 and done.stdout.strip() == (value or "presigned"), done.stderr
+    else:
+        assert done.returncode != 0
+        assert "TFRECORD_IO_S3_TRANSPORT='botcore': expected one of presigned, botocore" in done.stderr, done.stderr

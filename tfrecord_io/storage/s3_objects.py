@@ -246,8 +246,18 @@ def _body_errors() -> Tuple[Type[Exception], ...]:
 #: how S3 range GETs are sent: "presigned" (botocore presigns, urllib3 sends: see
 #: ``_Presigned``), or "botocore" (``get_object``: botocore's whole request pipeline,
 #: used anyway with ``client_factory`` or a proxy; ~2 ms of CPU per GET, see
-#: benchmarks/README.md)
-_transport = os.environ.get("TFRECORD_IO_S3_TRANSPORT", "presigned")
+#: benchmarks/README.md). ``TFRECORD_IO_S3_TRANSPORT`` chooses (docs/pytorch.md).
+TRANSPORTS = ("presigned", "botocore")
+
+
+def _transport_from_environment() -> str:
+    value = os.environ.get("TFRECORD_IO_S3_TRANSPORT", "").strip() or "presigned"
+    if value not in TRANSPORTS:
+        raise ValueError(f"TFRECORD_IO_S3_TRANSPORT={value!r}: expected one of {', '.join(TRANSPORTS)}")
+    return value
+
+
+_transport = _transport_from_environment()
 
 #: seconds a presigned URL is reused before it is made again (it is valid for
 #: ``PRESIGN_EXPIRES``; remade well before, so that credentials that rotate, e.g. an
