@@ -35,13 +35,13 @@ TFIO_NAMES = {
     "to_arrow_batches",
 }  # fmt: skip
 TRANSFORMS_NAMES = {
-    "Array", "Audio", "AudioData", "AudioFrames", "Bytes", "DecodeError", "DecodeExample", "DecodeResult",
-    "DecodeSequenceExample", "EncodeError", "EncodeExample", "EncodeResult", "EncodeSequenceExample", "Encoder",
-    "ExampleDecoder", "FeatureSpec", "Float", "FramesData", "Image", "Int", "Label", "STAGES", "SequenceEncoder",
-    "Steps", "Text", "ValidateTFRecords", "check_record", "check_spec", "decode_example", "decode_image",
-    "decode_sequence_example", "description", "encode_features", "encode_row", "encode_sequence_row",
-    "encoder_from_config", "feature_specs", "rejected_row", "spec_config", "spec_from_config", "spec_info",
-    "tf_parse_spec", "to_tf_feature_spec", "validate_files",
+    "Array", "Audio", "AudioData", "AudioFrames", "Bytes", "ColumnError", "DecodeError", "DecodeExample",
+    "DecodeResult", "DecodeSequenceExample", "EncodeError", "EncodeExample", "EncodeResult",
+    "EncodeSequenceExample", "Encoder", "ExampleDecoder", "FeatureSpec", "Float", "FramesData", "Image", "Int",
+    "Label", "STAGES", "SequenceEncoder", "Steps", "Text", "ValidateTFRecords", "check_record", "check_spec",
+    "decode_example", "decode_image", "decode_sequence_example", "description", "encode_features", "encode_row",
+    "encode_sequence_row", "encoder_from_config", "feature_specs", "rejected_row", "spec_config",
+    "spec_from_config", "spec_info", "tf_parse_spec", "to_tf_feature_spec", "validate_files",
 }  # fmt: skip
 TORCH_NAMES = {
     "MultiTFRecordDataset", "PadCollate", "PadTo", "ReadContext", "ReadOptions", "RecordDecoder", "StateError",

@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 
 from tfrecord_io.format.codec import parse_example
-from tfrecord_io.transforms import Audio, AudioData, EncodeError, decode_example, encode_row
+from tfrecord_io.transforms import Audio, AudioData, DecodeError, EncodeError, decode_example, encode_row
 
 from transforms_media import audio_bytes, sine
 
@@ -154,6 +154,6 @@ def test_decoder_checks_sizes():
 
     broken = {k: (v if not isinstance(v, np.ndarray) else v.tolist()) for k, v in feats.items()}
     broken["a/num_samples"] = [81]
-    with pytest.raises(EncodeError) as err:
+    with pytest.raises(DecodeError) as err:
         decode_example(serialize_example(broken), spec)
     assert err.value.column == "a" and "needs" in err.value.reason

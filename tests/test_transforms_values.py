@@ -278,3 +278,30 @@ def test_plain_functions_do_not_import_beam():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_decode_and_encode_errors_are_siblings_under_column_error():
+    """A record that does not decode raises DecodeError naming its column; it is a
+    ColumnError, as EncodeError is, but not an EncodeError (an `except EncodeError`
+    around encoding must not swallow a decoding failure, nor the reverse); the class and
+    its fields survive pickling between Beam workers and ``with_column``."""
+    import pickle
+
+    from tfrecord_io.transforms import ColumnError, DecodeError, EncodeError, decode_example, encode_row
+
+    record = encode_row({"label": "cat"}, {"label": Text()})
+    with pytest.raises(DecodeError) as err:
+        decode_example(record, {"label": Image()})
+    assert err.value.column == "label" and err.value.stage == "decode"
+    assert isinstance(err.value, ColumnError) and isinstance(err.value, ValueError)
+    assert not isinstance(err.value, EncodeError)
+    assert not issubclass(EncodeError, DecodeError)
+    again = pickle.loads(pickle.dumps(err.value))
+    assert type(again) is DecodeError and (again.column, again.stage, again.reason) == (
+        "label",
+        "decode",
+        err.value.reason,
+    )
+    renamed = EncodeError("read", "missing").with_column("image")
+    assert type(renamed) is EncodeError and renamed.column == "image"
+    assert type(DecodeError("decode", "bad").with_column("x")) is DecodeError

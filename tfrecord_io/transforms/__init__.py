@@ -53,7 +53,9 @@ from those dicts (a job config), ``spec_info`` describes it for ``tfrecord_io_in
 The encoders, ``encode_row``, ``decode_example`` and ``check_record`` are plain Python
 (no Beam), for PyTorch or tf.data code; the PTransforms are imported on first use.
 A row that cannot be encoded raises :class:`EncodeError` (``column``, ``stage``,
-``reason``) in plain code, and goes to the transform's ``rejected`` output in Beam.
+``reason``) in plain code, and goes to the transform's ``rejected`` output in Beam; a
+record that does not decode raises :class:`DecodeError`. Both are a
+:class:`ColumnError` (catch that for either).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ from .._lazy import lazy_getattr
 from .checks import check_record, validate_files
 from .config import encoder_from_config, spec_config, spec_from_config, spec_info
 from .decoders import DecodeError, ExampleDecoder, decode_example, decode_image, decode_sequence_example
-from .encode_errors import STAGES, EncodeError, rejected_row
+from .encode_errors import STAGES, ColumnError, EncodeError, rejected_row
 from .encoders import (
     Array,
     Audio,
@@ -102,6 +104,7 @@ __all__ = [
     "AudioData",
     "AudioFrames",
     "Bytes",
+    "ColumnError",
     "DecodeError",
     "Encoder",
     "EncodeError",

@@ -15,19 +15,17 @@ from typing import Any, Dict, List, Mapping, Optional
 from tfrecord_io.format.codec import TYPE_NAMES, feature_to_numpy
 from tfrecord_io.proto.example_pb2 import Example, SequenceExample
 
-from .encode_errors import EncodeError
+from .encode_errors import ColumnError, EncodeError
 from .encoders.audio import AudioData
 from .encoders.image import decode_image
 
 
-class DecodeError(EncodeError):
-    """A record does not decode with the given spec (stage ``decode``)."""
+class DecodeError(ColumnError):
+    """A record does not decode with the given spec (stage ``decode``). A sibling of
+    :class:`EncodeError`, not a kind of it: ``except ColumnError`` catches both."""
 
     def __init__(self, stage: str = "decode", reason: str = "", column: Optional[str] = None):
         super().__init__(stage, reason, column)
-
-    def with_column(self, column: str) -> DecodeError:
-        return DecodeError(self.stage, self.reason, column)
 
 
 @lru_cache(maxsize=4096)
