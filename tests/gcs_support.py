@@ -15,6 +15,12 @@ the header. :class:`BatchContentIdProxy` forwards every request unchanged, excep
 numbers the parts of a batch that have no ``Content-ID`` (``<item-N>``); the answers
 come back in order, which is how google-cloud-storage matches them.
 
+The proxy also answers for a bucket the caller may not use, as GCS does when IAM
+refuses: every request naming a bucket whose name starts with ``denied-``
+(:data:`DENIED_PREFIX`) gets GCS's 403 (``forbidden``, JSON error body) without reaching
+the emulator, which checks no permissions. Set such a bucket up through
+``client(direct=True)`` (the emulator itself).
+
 The binary: ``TFRECORD_IO_FAKE_GCS_SERVER``, else ``~/.cache/tfrecord-io/bin/fake-gcs-server``,
 else ``fake-gcs-server`` on PATH. Without it the tests skip, unless
 ``TFRECORD_IO_REQUIRE_GCS=1`` (set by ``scripts/test``). Server and proxy bind
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import http.client
 import http.server
+import json
 import os
 import re
 import secrets
@@ -49,6 +56,22 @@ from typing import Dict, Iterator, Optional
 import pytest
 
 START_TIMEOUT_S = 30.0
+DENIED_PREFIX = "denied-"
+_DENIED = re.compile(rb"(?:/b/|^/)(" + DENIED_PREFIX.encode() + rb"[^/?\s]+)")
+
+
+def forbidden_body(bucket: str) -> bytes:
+    """GCS's 403 for an object request the caller's identity may not make."""
+    message = (
+        f"anonymous@example.iam.gserviceaccount.com does not have storage.objects.get access to the Google "
+        f"Cloud Storage bucket {bucket}. Permission 'storage.objects.get' denied on resource (or it may not exist)."
+    )
+    error = {
+        "code": 403,
+        "message": message,
+        "errors": [{"message": message, "domain": "global", "reason": "forbidden"}],
+    }
+    return json.dumps({"error": error}).encode()
 
 
 def find_fake_gcs_server() -> Optional[str]:
@@ -118,8 +141,21 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
                 self.rfile.readline()
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
+    def _deny(self, bucket: str) -> None:
+        data = forbidden_body(bucket)
+        self.send_response_only(403, "Forbidden")
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
     def _forward(self) -> None:
         body = self._body()
+        denied = _DENIED.search(self.path.split("?")[0].encode()) or _DENIED.search(body)
+        if denied:
+            self._deny(denied.group(1).decode())
+            return
         headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "content-length")}
         if self.command == "POST" and self.path.split("?")[0].rstrip("/").endswith("/batch/storage/v1"):
             body = add_content_ids(body, self.headers.get("Content-Type", ""))
@@ -180,13 +216,15 @@ class GcsServer:
         """The variable Google's clients (and so Beam's GCS filesystem) read."""
         return {"STORAGE_EMULATOR_HOST": self.endpoint}
 
-    def client(self):
-        """An anonymous google-cloud-storage client for test set-up and inspection."""
+    def client(self, direct: bool = False):
+        """An anonymous google-cloud-storage client for test set-up and inspection
+        (``direct``: to the emulator itself, past the proxy: for ``denied-`` buckets)."""
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import storage
 
+        endpoint = self.server_endpoint if direct else self.endpoint
         return storage.Client(
-            project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": self.endpoint}
+            project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": endpoint}
         )
 
     def make_bucket(self, name: Optional[str] = None) -> str:

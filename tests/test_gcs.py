@@ -402,3 +402,47 @@ def test_a_gcs_bucket_that_does_not_exist_is_exit_2_at_once_naming_it(gcs_env, i
         assert seconds < 30, (args, seconds)
     client = gcs_env.client()
     assert missing.split("//")[1] not in [b.name for b in client.list_buckets()]
+
+
+# ---------------------------------------------------------------- a bucket the caller may not use (403)
+
+
+def test_a_gcs_bucket_the_caller_may_not_use_is_exit_2_at_once_naming_it(gcs_server, gcs_fs, images, tmp_path):
+    """GCS's 403 (IAM refuses the caller; fake-gcs-server checks no permissions, so the
+    harness proxy answers for ``denied-`` buckets as GCS does, tests/gcs_support.py): each
+    job exits 2 within seconds naming the bucket and the refusal, never waited on as an
+    outage, with nothing written; the torch reader and ``open_dataset`` raise
+    StorageAccessError naming the object."""
+    from tests.gcs_support import DENIED_PREFIX
+
+    bucket = DENIED_PREFIX + os.urandom(4).hex()
+    direct = gcs_server.client(direct=True).create_bucket(bucket)
+    local = str(tmp_path / "data.tfrecord")
+    with tfrecord_io.RecordWriter(local) as writer:
+        writer.write_record(tfrecord_io.serialize_example({"n": [1]}))
+    direct.blob("ds/data.tfrecord").upload_from_filename(local)
+    url = f"gs://{bucket}"
+    for args in (
+        ["validate", url + "/ds/data.tfrecord"],
+        ["inspect", url + "/ds/*.tfrecord"],
+        ["build", _config(tmp_path / "b.yaml", str(images), url + "/out")],
+    ):
+        start = time.monotonic()
+        proc = run_cli(*args, "--no-progress", *IN_PROCESS, timeout=180)
+        seconds = time.monotonic() - start
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert bucket in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert "access denied" in proc.stderr and "storage.objects.get" in proc.stderr, proc.stderr
+        assert seconds < 30, (args, seconds)
+    assert [b.name for b in direct.list_blobs()] == ["ds/data.tfrecord"]  # the build wrote nothing
+
+    pytest.importorskip("torch")
+    from tfrecord_io.torch import TFRecordDataset
+
+    start = time.monotonic()
+    with pytest.raises(StorageAccessError) as err:
+        list(TFRecordDataset(url + "/ds/data.tfrecord", None, ["n"]))
+    assert bucket in str(err.value) and time.monotonic() - start < 10, err.value
+    with pytest.raises(StorageAccessError) as err:
+        tfrecord_io.open_dataset(url + "/ds")
+    assert bucket in str(err.value), err.value

@@ -152,3 +152,18 @@ def test_the_s3_transport_variable_is_one_of_the_two_or_an_error_naming_it(value
     else:
         assert done.returncode != 0
         assert "TFRECORD_IO_S3_TRANSPORT='botcore': expected one of presigned, botocore" in done.stderr, done.stderr
+
+
+def test_a_gcs_403_is_access_denied_and_a_long_detail_says_it_was_cut():
+    """GCS answers bad credentials with 401; its 403 is IAM refusing the permission, so
+    it reads "access denied" (not "the credentials are wrong"). What the client said is
+    kept to 300 characters, and a cut one ends with "..." (not mid-word, unmarked)."""
+    from google.api_core.exceptions import Forbidden
+
+    message = (
+        "GET https://storage.googleapis.com/storage/v1/b/b/o/x: caller does not have storage.objects.get " + "x" * 400
+    )
+    found = storage_errors.access_error(Forbidden(message), "gs://b/x")
+    assert found is not None and "access denied" in str(found) and "storage.objects.get" in str(found)
+    detail = str(found).split("(Google Cloud Storage", 1)[1]
+    assert "x" * 200 + "..." in detail and "x" * 290 not in detail

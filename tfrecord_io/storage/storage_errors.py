@@ -162,7 +162,9 @@ _REASONS = {
 def _make(path: str, kind: str, detail: str, offset: Optional[int] = None) -> StorageAccessError:
     what = "container" if kind == "no_bucket" and str(path).startswith(("az://", "azfs://")) else None
     reason = _REASONS[kind] if what is None else "no such container"
-    detail = " ".join(detail.split())[:300]
+    detail = " ".join(detail.split())
+    if len(detail) > 300:
+        detail = detail[:297] + "..."
     text = f"{reason} ({store_of(path)}{': ' + detail if detail else ''})"
     return StorageAccessError(text, path, offset, hint=hint_for(path, kind))
 
@@ -237,6 +239,10 @@ def _classify_one(err: BaseException) -> Optional[tuple]:
         return ("denied" if code in _DENIED_CODES else "refused"), _detail(err)
     if name == "NotFound" and type(err).__module__.startswith("google.") and _GCS_BUCKET_NOT_FOUND.search(text):
         return "no_bucket", _detail(err)
+    if name == "Forbidden" and type(err).__module__.startswith("google."):
+        # GCS answers wrong or expired credentials with 401; a 403 is IAM refusing this
+        # identity the permission (its message names it: storage.objects.get ...)
+        return "denied", _detail(err)
     response = getattr(err, "response", None)
     status = status_of(err)
     code = ""
