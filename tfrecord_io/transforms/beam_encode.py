@@ -8,12 +8,14 @@ dead-letter output for rows that cannot be encoded.
 Beam metrics (namespace ``tfrecord_io.transforms.beam_encode``, the module's name):
 ``rows_in``, ``examples_out``, ``rejected`` and ``rejected_<stage>``; ``rows_in ==
 examples_out + rejected`` holds for every run, because each element takes exactly one of
-the two exits.
+the two exits. A library the encoders need that does not import on a worker (Pillow,
+soundfile, soxr, librosa) fails the job when the worker sets up, naming it
+(``transforms.requirements``): an environment problem, not a row's.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -21,8 +23,9 @@ from apache_beam.metrics import Metrics
 from tfrecord_io.errors import StorageUnavailableError
 
 from .encode_errors import EncodeError, rejected_row
-from .encoders.base import Encoder
+from .encoders.base import ColumnEncoder, Encoder
 from .encoders.sequence import SequenceEncoder
+from .requirements import check_requirements
 from .rows import check_sequence_spec, check_spec, encode_row, encode_sequence_row
 
 NAMESPACE = "tfrecord_io.transforms.beam_encode"
@@ -44,6 +47,9 @@ class _EncodeFn(beam.DoFn):
         self._namespace = namespace
 
     def setup(self):
+        columns = getattr(self._encode, "columns", None)
+        if columns is not None:
+            check_requirements(columns())  # a library left out fails the job here, not each row
         ns = self._namespace
         self.rows_in = Metrics.counter(ns, "rows_in")
         self.examples_out = Metrics.counter(ns, "examples_out")
@@ -80,6 +86,9 @@ class _RowEncoder:
     def __init__(self, spec: Mapping[str, Encoder]):
         self.spec = dict(spec)
 
+    def columns(self) -> Dict[str, ColumnEncoder]:
+        return dict(self.spec)
+
     def __call__(self, row) -> bytes:
         return encode_row(row, self.spec)
 
@@ -88,6 +97,9 @@ class _SequenceRowEncoder:
     def __init__(self, context: Optional[Mapping[str, Encoder]], sequence: Mapping[str, SequenceEncoder]):
         self.context = dict(context or {})
         self.sequence = dict(sequence)
+
+    def columns(self) -> Dict[str, ColumnEncoder]:
+        return {**self.context, **self.sequence}
 
     def __call__(self, row) -> bytes:
         return encode_sequence_row(row, self.context, self.sequence)

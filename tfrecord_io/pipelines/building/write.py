@@ -142,7 +142,11 @@ class WriteShard(beam.DoFn):
     def process(self, element, counts, summary, claim):
         if claim["state"] == "new":  # else already published from the same inputs: nothing to write
             if self._encoders is None:
-                self._encoders = self._spec.encoders(summary["vocab"])
+                from tfrecord_io.transforms.requirements import check_requirements
+
+                encoders = self._spec.encoders(summary["vocab"])
+                check_requirements(encoders)  # a library left out fails the job here, not each row
+                self._encoders = encoders
             key, parts = element
             split, shard = json.loads(key)
             yield self._write(split, shard, counts[split], in_order(parts))

@@ -21,14 +21,14 @@ array of shape ``(num_samples, channels)``, the layout ``tf.audio.decode_wav`` u
 from __future__ import annotations
 
 import io
-from typing import Any, List, Mapping, NamedTuple, Optional
+from typing import Any, List, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from ..encode_errors import EncodeError
 from ..media import describe, load_media
 from ..spec import FeatureSpec
-from .base import Encoder, Features, scalar
+from .base import Encoder, Features, Requirement, scalar
 
 
 class AudioData(NamedTuple):
@@ -129,6 +129,15 @@ class Audio(Encoder):
         self.max_seconds = max_seconds
         self.res_type = res_type
         self.max_bytes = max_bytes
+
+    def requirements(self) -> Tuple[Requirement, ...]:
+        needs = [Requirement("soundfile", "soundfile", "audio files are read with soundfile and libsndfile")]
+        if self.sample_rate is not None:
+            if self.res_type in SOXR_TYPES:
+                needs.append(Requirement("soxr", "soxr", f"resampling ({self.res_type}) is soxr's"))
+            else:
+                needs.append(Requirement("librosa", "librosa", f"resampling ({self.res_type}) is librosa's"))
+        return tuple(needs)
 
     def load(self, value: Any):
         """``(samples (n, channels) float32, rate, format)`` after downmix and resampling."""

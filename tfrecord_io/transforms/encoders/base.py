@@ -7,7 +7,10 @@ An encoder turns one column's value into Example features and back:
 - ``feature_specs(column) -> [FeatureSpec]``: the keys it writes, their types and shapes;
 - ``decode(features, column)``: the value back from ``{key: parsed value}`` (what
   ``tfrecord_io.format.codec.feature_to_numpy`` gives for each key);
-- ``to_config()``: its parameters, JSON-ready, for ``tfrecord_io_info.json``.
+- ``to_config()``: its parameters, JSON-ready, for ``tfrecord_io_info.json``;
+- ``requirements()``: the optional libraries it imports to encode (Pillow, soundfile,
+  soxr, librosa), checked once per worker before its first row
+  (``transforms.requirements``).
 
 Keys: an encoder that writes one feature writes it under the column name (or ``key=``);
 one that writes several (Image, Audio) writes ``<column>/<name>`` (``image/encoded``,
@@ -16,7 +19,7 @@ one that writes several (Image, Audio) writes ``<column>/<name>`` (``image/encod
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -24,6 +27,14 @@ from ..encode_errors import EncodeError
 from ..spec import FeatureSpec
 
 Features = Dict[str, Tuple[Any, str]]
+
+
+class Requirement(NamedTuple):
+    """A library an encoder imports to encode, on the machine that encodes (a worker)."""
+
+    module: str  # what is imported
+    package: str  # what pip installs
+    why: str  # what the encoder uses it for
 
 
 class ColumnEncoder:
@@ -43,6 +54,11 @@ class ColumnEncoder:
 
     def prefix(self, column: str) -> str:
         return self.key or column
+
+    def requirements(self) -> Tuple[Requirement, ...]:
+        """The optional libraries this encoder imports to encode, with these parameters
+        (none for numbers, text and arrays)."""
+        return ()
 
     def to_config(self) -> Dict[str, Any]:
         """``{"type": ClassName, **parameters}``: enough to rebuild the encoder."""

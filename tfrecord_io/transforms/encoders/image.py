@@ -58,7 +58,7 @@ import numpy as np
 from ..encode_errors import EncodeError
 from ..media import describe, load_media
 from ..spec import FeatureSpec
-from .base import Encoder, Features, scalar, text
+from .base import Encoder, Features, Requirement, scalar, text
 
 try:
     from PIL import Image as PILImage
@@ -275,6 +275,9 @@ class Image(Encoder):
         self.max_pixels = max_pixels
         self.max_bytes = max_bytes
         self.verify = verify
+
+    def requirements(self) -> Tuple[Requirement, ...]:
+        return (Requirement("PIL", "pillow", "images are decoded (and checked whole) with Pillow"),)
 
     def _keeps_bytes(self) -> bool:
         """True when the stored bytes can only be the input's (no conversion asked for)."""

@@ -23,7 +23,7 @@ import numpy as np
 from ..encode_errors import EncodeError
 from ..spec import FeatureSpec
 from .audio import Audio
-from .base import ColumnEncoder, Features, scalar
+from .base import ColumnEncoder, Features, Requirement, scalar
 from .scalars import parse_float, parse_int
 
 FeatureLists = Dict[str, Tuple[List[Any], str]]
@@ -176,6 +176,9 @@ class AudioFrames(SequenceEncoder):
         self.sample_rate = sample_rate
         self.mono = mono
         self._audio = Audio(sample_rate=sample_rate, mono=mono)
+
+    def requirements(self) -> Tuple[Requirement, ...]:
+        return self._audio.requirements()
 
     def frames(self, samples: np.ndarray) -> np.ndarray:
         """``(n, channels)`` -> ``(num_frames, frame_length, channels)``, end zero-padded."""
