@@ -11,9 +11,11 @@ the package installs from its sdist / wheel, the C core compiles there (or is le
 and the pure-Python core is used, as the job says), and the media libraries come with
 the requirements file that docs/dataflow.md ("Running on Dataflow") names. Data on S3 (versitygw).
 
-About 14 minutes here (2 cores, shared; sdist case ~8, wheel case ~5, install ~1): every
-stage's SDK worker is a new boot that makes its venv and pip-installs the staged package
-and the media libraries from PyPI (as each new Dataflow worker does when it starts).
+About 8 minutes here (2 cores; 2026-12-07: sdist case 234 s, wheel case 183 s, install
+29 s): every stage's SDK worker is a new boot that makes its venv and pip-installs the
+staged package and the media libraries from PyPI (as each new Dataflow worker does when
+it starts). It was 14 minutes while the worker requirements had librosa (numba, llvmlite,
+scipy, scikit-learn: 19.5 s and 502 MB a boot against 5.7 s and 87 MB without).
 """
 
 from __future__ import annotations
