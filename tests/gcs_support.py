@@ -152,12 +152,13 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         body = self._body()
-        denied = _DENIED.search(self.path.split("?")[0].encode()) or _DENIED.search(body)
+        route = self.path.split("?")[0]
+        denied = _DENIED.search(route.encode()) or _DENIED.search(body)
         if denied:
             self._deny(denied.group(1).decode())
             return
         headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "content-length")}
-        if self.command == "POST" and self.path.split("?")[0].rstrip("/").endswith("/batch/storage/v1"):
+        if self.command == "POST" and route.rstrip("/").endswith("/batch/storage/v1"):
             body = add_content_ids(body, self.headers.get("Content-Type", ""))
         if body or self.command in ("POST", "PUT", "PATCH"):
             headers["Content-Length"] = str(len(body))

@@ -384,6 +384,18 @@ def test_an_object_replaced_while_read_is_an_error_naming_it(built, gcs_fs):
 # ---------------------------------------------------------------- a bucket that does not exist
 
 
+def _exits_2_at_once_naming(args, name: str) -> subprocess.CompletedProcess:
+    """The CLI job ``args``, in-process: exit 2 within 30 s, ``name`` in its message, no
+    traceback (not Beam's retries until the storage timeout)."""
+    start = time.monotonic()
+    proc = run_cli(*args, "--no-progress", *IN_PROCESS, timeout=180)
+    seconds = time.monotonic() - start
+    assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+    assert name in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert seconds < 30, (args, seconds)
+    return proc
+
+
 def test_a_gcs_bucket_that_does_not_exist_is_exit_2_at_once_naming_it(gcs_env, images, tmp_path):
     """Reading from, or building into, a gs:// bucket that does not exist: exit 2 within
     seconds, naming the bucket, with nothing written (not "no file matches", not Beam's
@@ -394,12 +406,7 @@ def test_a_gcs_bucket_that_does_not_exist_is_exit_2_at_once_naming_it(gcs_env, i
         ["inspect", missing + "/data-*.tfrecord"],
         ["build", _config(tmp_path / "b.yaml", str(images), missing + "/ds")],
     ):
-        start = time.monotonic()
-        proc = run_cli(*args, "--no-progress", *IN_PROCESS, timeout=180)
-        seconds = time.monotonic() - start
-        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
-        assert missing.split("//")[1] in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
-        assert seconds < 30, (args, seconds)
+        _exits_2_at_once_naming(args, missing.split("//")[1])
     client = gcs_env.client()
     assert missing.split("//")[1] not in [b.name for b in client.list_buckets()]
 
@@ -427,13 +434,8 @@ def test_a_gcs_bucket_the_caller_may_not_use_is_exit_2_at_once_naming_it(gcs_ser
         ["inspect", url + "/ds/*.tfrecord"],
         ["build", _config(tmp_path / "b.yaml", str(images), url + "/out")],
     ):
-        start = time.monotonic()
-        proc = run_cli(*args, "--no-progress", *IN_PROCESS, timeout=180)
-        seconds = time.monotonic() - start
-        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
-        assert bucket in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        proc = _exits_2_at_once_naming(args, bucket)
         assert "access denied" in proc.stderr and "storage.objects.get" in proc.stderr, proc.stderr
-        assert seconds < 30, (args, seconds)
     assert [b.name for b in direct.list_blobs()] == ["ds/data.tfrecord"]  # the build wrote nothing
 
     pytest.importorskip("torch")
