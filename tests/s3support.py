@@ -232,14 +232,18 @@ class CuttingProxy:
     """A TCP proxy on 127.0.0.1 in front of the S3 server that can break responses off:
     the first ``cuts`` connections (all of them with ``cuts=None``) are closed after
     ``cut_after`` bytes of the server's response, as a flaky network or a server that
-    drops a connection does. ``connections`` counts the connections clients opened."""
+    drops a connection does. The first ``throttles`` connections are answered with S3's
+    ``503 SlowDown`` instead (as S3 throttles a prefix), each after its request arrived.
+    ``connections`` counts the connections clients opened."""
 
-    def __init__(self, server: S3Server, cut_after: Optional[int] = None, cuts: Optional[int] = 0) -> None:
+    def __init__(
+        self, server: S3Server, cut_after: Optional[int] = None, cuts: Optional[int] = 0, throttles: int = 0
+    ) -> None:
         import threading
 
         host, _, port = server.endpoint.rpartition("//")[2].partition(":")
         self.target = (host, int(port))
-        self.cut_after, self.cuts = cut_after, cuts
+        self.cut_after, self.cuts, self.throttles = cut_after, cuts, throttles
         self.connections = 0
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.bind(("127.0.0.1", 0))
@@ -257,10 +261,33 @@ class CuttingProxy:
                 return
             n = self.connections
             self.connections += 1
+            if n < self.throttles:
+                self._threading.Thread(target=self._slow_down, args=(client,), daemon=True).start()
+                continue
             limit = self.cut_after if self.cuts is None or n < self.cuts else None
             upstream = socket.create_connection(self.target)
             for src, dst, lim in ((client, upstream, None), (upstream, client, limit)):
                 self._threading.Thread(target=self._pump, args=(src, dst, lim, (client, upstream)), daemon=True).start()
+
+    @staticmethod
+    def _slow_down(client: socket.socket) -> None:
+        """Read a request's header, answer S3's 503 SlowDown and close."""
+        got = b""
+        try:
+            while b"\r\n\r\n" not in got:
+                data = client.recv(65536)
+                if not data:
+                    break
+                got += data
+            body = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+            client.sendall(
+                b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nConnection: close\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+        except OSError:
+            pass
+        client.close()
 
     @staticmethod
     def _pump(src: socket.socket, dst: socket.socket, limit: Optional[int], both: tuple) -> None:

@@ -3,11 +3,17 @@ range GETs themselves (``open_range``), pinned to the ETag that was listed.
 
 Transport: maintained libraries only, no HTTP or signing of our own. botocore presigns a
 GET of each object version once (SigV4, its credential chain, region, endpoint and
-bucket addressing; ``stat`` does it, so forked DataLoader workers inherit the URL) and
-urllib3 sends the range GETs (keep-alive pool, TLS, retries with backoff on connection
-errors, 429 and 5xx such as 503 SlowDown), the body received into the caller's buffer.
-botocore's own ``get_object`` costs ~2 ms of CPU per 64 KiB GET here against ~0.4-0.6 ms,
-which decides a global shuffle's rate (benchmarks/README.md); it is used when
+bucket addressing; ``stat`` does it, so forked DataLoader workers inherit the URL). The
+standard library's ``http.client`` sends each range GET on a kept-alive connection
+(``_StdlibGets``) and receives the body into the caller's buffer; whatever is not a
+plain 200/206 answer (a dropped connection, 5xx such as 503 SlowDown, 429, 403, 412,
+404) is asked again through urllib3 (its keep-alive pool, TLS, retries with backoff
+and ``Retry-After``), whose answer is the one mapped to an error. Why not urllib3 for
+every GET: it re-encodes the request target byte by byte in Python on every request
+(~0.1-0.2 ms of CPU for a ~300-character presigned URL, about half a GET's CPU), which
+decides a global shuffle's rate; ``http.client`` sends the target botocore encoded.
+botocore's own ``get_object`` costs ~2 ms of CPU per 64 KiB GET here against ~0.25 ms
+(benchmarks/README.md); it is used when
 ``configure(client_factory=...)`` gives a client or a proxy is set in the environment
 (botocore's HTTP session honours proxies; ``_Presigned`` does not). Refusals (403, no
 credentials) are ``StorageAccessError`` via ``storage_errors``, never retried as an
@@ -25,10 +31,12 @@ body it returns. Nothing here imports torch or Beam.
 from __future__ import annotations
 
 import functools
+import http.client
 import os
+import ssl
 import threading
 import time
-from typing import Any, Dict, Optional, Tuple, Type
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 from ..errors import TFRecordError, TruncatedRecordError
 from . import storage_errors
@@ -285,14 +293,8 @@ class _Presigned:
     def __init__(self) -> None:
         import urllib3
 
-        ca = os.environ.get("AWS_CA_BUNDLE") or None
-        if ca is None:
-            try:  # as botocore: certifi's bundle when it is installed
-                import certifi
-
-                ca = certifi.where()
-            except ImportError:
-                pass
+        ca = _ca_bundle()
+        self.stdlib = _StdlibGets(ca)
         self.http = urllib3.PoolManager(
             num_pools=32,
             maxsize=64,
@@ -309,35 +311,53 @@ class _Presigned:
             raise_on_redirect=False,
             respect_retry_after_header=True,
         )
-        self._targets: Dict[str, Tuple[Any, str]] = {}  # presigned URL -> (pool, path)
+        self._targets: Dict[str, Tuple[Any, str, Tuple[str, str, int]]] = {}  # URL -> (pool, path, address)
         self._lock = threading.Lock()
 
-    def target(self, obj: RemoteObject, fresh: bool = False) -> Tuple[Any, str]:
-        """(urllib3 pool, path with the signature) of a GET of ``obj``."""
+    def target(self, obj: RemoteObject, fresh: bool = False) -> Tuple[Any, str, Tuple[str, str, int]]:
+        """(urllib3 pool, path with the signature, (scheme, host, port)) of a GET of ``obj``."""
         from urllib.parse import urlsplit
 
         url = _presign(obj, fresh)
         hit = self._targets.get(url)
         if hit is None:
             parts = urlsplit(url)
-            hit = (self.http.connection_from_url(url), parts.path + ("?" + parts.query if parts.query else ""))
+            scheme = parts.scheme or "https"
+            address = (scheme, parts.hostname or "", parts.port or (443 if scheme == "https" else 80))
+            path = parts.path + ("?" + parts.query if parts.query else "")
+            hit = (self.http.connection_from_url(url), path, address)
             with self._lock:
                 if len(self._targets) > 100_000:
                     self._targets.clear()
                 self._targets[url] = hit
         return hit
 
-    def get(self, obj: RemoteObject, headers: Dict[str, str]) -> Any:
+    def get_plain(self, obj: RemoteObject, headers: Dict[str, str]) -> Tuple[Optional["_StdlibBody"], Any]:
+        """(the body of a GET of ``obj`` sent by ``http.client`` when the answer is a
+        plain 200/206, else None; and what the attempt was when it counts as one, for
+        ``get``'s retries). Nothing is raised: the caller asks urllib3 then."""
+        _, path, address = self.target(obj)
+        return self.stdlib.get(address, path, headers)
+
+    def get(self, obj: RemoteObject, headers: Dict[str, str], spent: Any = None) -> Any:
         """urllib3's response (header read, body not) to a GET of ``obj``; a 403 to a
         reused URL is asked once more with a new one (the credentials it was signed
-        with may have expired meanwhile)."""
+        with may have expired meanwhile). ``spent``: the failed attempt ``_StdlibGets``
+        made first (an answer, or an error on a new connection), counted as the first
+        of the ``TRIES``, so that urllib3 backs off before its own retry."""
+        from urllib3.util.retry import RequestHistory
+
+        retry = self.retry
+        if spent is not None:
+            status, error = spent
+            retry = retry.new(total=TRIES - 2, history=(RequestHistory("GET", None, error, status, None),))
         for fresh in (False, True):
-            pool, path = self.target(obj, fresh)
+            pool, path, _ = self.target(obj, fresh)
             resp = pool.urlopen(
                 "GET",
                 path,
                 headers=headers,
-                retries=self.retry,
+                retries=retry,
                 redirect=False,
                 assert_same_host=False,
                 preload_content=False,
@@ -347,6 +367,133 @@ class _Presigned:
                 return resp
             resp.drain_conn()
         raise AssertionError("unreachable")
+
+
+def _ca_bundle() -> Optional[str]:
+    """The CA certificates botocore would use: ``AWS_CA_BUNDLE``, else certifi's bundle
+    when it is installed, else None (the system's)."""
+    ca = os.environ.get("AWS_CA_BUNDLE") or None
+    if ca is None:
+        try:
+            import certifi
+
+            ca = certifi.where()
+        except ImportError:
+            pass
+    return ca
+
+
+#: whether presigned GETs go through ``_StdlibGets`` first (False: urllib3 for every
+#: GET, as before; kept for ``benchmarks/bench_torch.py --s3-compare urllib3``)
+_stdlib_gets = True
+
+
+class _StdlibGets:
+    """Presigned range GETs sent by the standard library's ``http.client`` on kept-alive
+    connections, one per request in flight, idle ones kept per (scheme, host, port).
+
+    Only the plain case is handled here: the request is sent, and a 200/206 answer
+    without a content encoding is returned (its body to be read into the caller's
+    buffer). Anything else -- a connection the server closed meanwhile, a timeout, a
+    5xx, 429, 403, 404, 412 or redirect -- closes the connection and returns None, and
+    the GET is asked again through urllib3 (``_Presigned.get``), whose retry policy,
+    backoff and answer decide; so retries and error mapping stay in one place and in a
+    maintained library. HTTP itself (framing, headers, chunked bodies) is
+    ``http.client``'s, TLS the ``ssl`` module's with the hostname checked, the
+    signature botocore's: the URL it encoded is sent as it is.
+
+    One per process (``_presigner``): sockets are never shared with a forked child."""
+
+    #: idle connections kept per address (more are closed when given back)
+    MAX_IDLE = 64
+
+    def __init__(self, ca: Optional[str]) -> None:
+        self._ca = ca
+        self._tls: Optional[ssl.SSLContext] = None
+        self._idle: Dict[Tuple[str, str, int], List[http.client.HTTPConnection]] = {}
+        self._lock = threading.Lock()
+
+    def _connect(self, address: Tuple[str, str, int]) -> http.client.HTTPConnection:
+        scheme, host, port = address
+        if scheme != "https":
+            return http.client.HTTPConnection(host, port, timeout=SOCKET_TIMEOUT)
+        if self._tls is None:
+            self._tls = ssl.create_default_context(cafile=self._ca)  # verifies the certificate and host name
+        return http.client.HTTPSConnection(host, port, timeout=SOCKET_TIMEOUT, context=self._tls)
+
+    def take(self, address: Tuple[str, str, int]) -> Tuple[http.client.HTTPConnection, bool]:
+        """(a connection to ``address``, whether it was idle: kept alive since an earlier GET)."""
+        with self._lock:
+            idle = self._idle.get(address)
+            if idle:
+                return idle.pop(), True
+        return self._connect(address), False
+
+    def give_back(self, address: Tuple[str, str, int], conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(address, [])
+            if len(idle) < self.MAX_IDLE:
+                idle.append(conn)
+                return
+        conn.close()
+
+    def get(
+        self, address: Tuple[str, str, int], path: str, headers: Dict[str, str]
+    ) -> Tuple[Optional["_StdlibBody"], Optional[Tuple[Optional[int], Optional[Exception]]]]:
+        """(the body of a plain 200/206 answer, or None; and, when there is none and
+        the attempt counts as one of the ``TRIES``, (status, error) of it). A kept-alive
+        connection that the server closed meanwhile does not count: urllib3 would
+        have opened a new one too."""
+        conn, was_idle = self.take(address)
+        try:
+            conn.request("GET", path, headers=headers)
+            resp = conn.getresponse()
+        except (OSError, http.client.HTTPException) as err:
+            conn.close()
+            return None, (None if was_idle else (None, err))
+        if resp.status not in (200, 206) or resp.getheader("content-encoding"):
+            conn.close()  # the body is not read: urllib3 asks again and reads the answer it gets
+            return None, (resp.status, None)
+        return _StdlibBody(self, address, conn, resp), None
+
+
+class _StdlibBody:
+    """A ``_StdlibGets`` answer: its headers, and its body received straight into the
+    caller's buffer (``http.client.HTTPResponse.readinto``). The connection goes back
+    to the idle ones once the body was read to its end, and is closed otherwise."""
+
+    def __init__(
+        self,
+        gets: _StdlibGets,
+        address: Tuple[str, str, int],
+        conn: http.client.HTTPConnection,
+        resp: http.client.HTTPResponse,
+    ) -> None:
+        self._gets, self._address, self.resp = gets, address, resp
+        self._conn: Optional[http.client.HTTPConnection] = conn
+
+    def header(self, name: str) -> Optional[str]:
+        return self.resp.getheader(name)
+
+    def readinto(self, view: memoryview) -> int:
+        """Fill ``view``: fewer bytes only where the body ended or broke off
+        (``http.client`` returns 0 at a premature end)."""
+        got = 0
+        while got < len(view):
+            n = self.resp.readinto(view[got:])
+            if not n:
+                break
+            got += n
+        return got
+
+    def close(self) -> None:
+        if self._conn is None:
+            return
+        conn, self._conn = self._conn, None
+        if self.resp.isclosed() and not self.resp.will_close:  # read to its end, the connection kept alive
+            self._gets.give_back(self._address, conn)
+        else:
+            conn.close()
 
 
 _presigned: Optional[_Presigned] = None
@@ -438,6 +585,34 @@ class _UrllibBody:
         self.resp.release_conn()
 
 
+def _open_plain(obj: RemoteObject, start: int, end: int, headers: Dict[str, str]) -> Any:
+    """The body of a range GET sent by ``http.client`` (``_StdlibGets``), checked as
+    ``open_range`` checks urllib3's; when the answer was not a plain 200/206 (urllib3
+    asks again then), None, or the attempt it counts as: a (status, error) tuple."""
+    try:
+        body, spent = _presigner().get_plain(obj, headers)
+    except Exception as err:  # botocore's, when presigning (no credentials: not an outage)
+        storage_errors.raise_access_error(err, obj.url)
+        raise TFRecordError(f"range read of bytes {start}-{end - 1} failed: {err}", obj.url, start) from err
+    if body is None:
+        return spent
+    try:
+        _check_version(obj, start, body.header("content-range") or "", body.header("etag"))
+        length = body.header("content-length")
+        if length is not None and int(length) != end - start:
+            raise TruncatedRecordError(
+                f"range read of bytes {start}-{end - 1} returned {length} bytes (the object has {obj.size})",
+                obj.url,
+                start,
+            )
+    except Exception:
+        body.close()
+        raise
+    with _stats_lock:
+        STATS.requests += 1
+    return body
+
+
 def open_range(obj: RemoteObject, start: int, end: int) -> Any:
     """A GET of bytes ``[start, end)`` of this version of the object (``If-Match`` on the
     listed ETag), its status, size and version checked; the body is still to be read.
@@ -455,8 +630,11 @@ def open_range(obj: RemoteObject, start: int, end: int) -> Any:
         headers = {"Range": rng}
         if obj.etag:
             headers["If-Match"] = obj.etag
+        plain = _open_plain(obj, start, end, headers) if _stdlib_gets else None
+        if isinstance(plain, _StdlibBody):
+            return plain
         try:
-            resp = _presigner().get(obj, headers)
+            resp = _presigner().get(obj, headers, spent=plain)
         except Exception as err:  # urllib3's errors after its retries, botocore's when presigning
             storage_errors.raise_access_error(err, obj.url)  # no credentials: not an outage
             raise TFRecordError(f"range read of bytes {start}-{end - 1} failed: {err}", obj.url, start) from err
