@@ -332,7 +332,7 @@ class _Presigned:
                 self._targets[url] = hit
         return hit
 
-    def get_plain(self, obj: RemoteObject, headers: Dict[str, str]) -> Tuple[Optional["_StdlibBody"], Any]:
+    def get_plain(self, obj: RemoteObject, headers: Dict[str, str]) -> Tuple[Optional[_StdlibBody], Any]:
         """(the body of a GET of ``obj`` sent by ``http.client`` when the answer is a
         plain 200/206, else None; and what the attempt was when it counts as one, for
         ``get``'s retries). Nothing is raised: the caller asks urllib3 then."""
@@ -439,7 +439,7 @@ class _StdlibGets:
 
     def get(
         self, address: Tuple[str, str, int], path: str, headers: Dict[str, str]
-    ) -> Tuple[Optional["_StdlibBody"], Optional[Tuple[Optional[int], Optional[Exception]]]]:
+    ) -> Tuple[Optional[_StdlibBody], Optional[Tuple[Optional[int], Optional[Exception]]]]:
         """(the body of a plain 200/206 answer, or None; and, when there is none and
         the attempt counts as one of the ``TRIES``, (status, error) of it). A kept-alive
         connection that the server closed meanwhile does not count: urllib3 would
