@@ -155,7 +155,10 @@ def best_rates_and_server(
     best = [(0.0, float("inf"), float("inf"))] * len(contenders)
     for _ in range(repeats):
         for k, make in enumerate(contenders):
-            rate, cpu, server = epoch_rate(make, server_pid)
+            if isinstance(make, EpochsElsewhere):
+                rate, cpu, server = make.epoch(server_pid)
+            else:
+                rate, cpu, server = epoch_rate(make, server_pid)
             best[k] = (max(best[k][0], rate), min(best[k][1], cpu), min(best[k][2], server))
     return best
 
@@ -264,13 +267,48 @@ def split_cpus(server_pid: int, text: str) -> Tuple[Set[int], Set[int]]:
 
 def with_transport(module, transport: str, make: Callable[[], DataLoader]) -> Callable[[], DataLoader]:
     """``make`` with the S3 range GETs of this process (and the workers it forks) sent
-    through ``transport`` (``s3_objects._transport``)."""
+    through ``transport`` (``s3_objects._transport``; ``urllib3``: the presigned URL with
+    every GET through urllib3, as before ``_StdlibGets``)."""
 
     def made() -> DataLoader:
-        module._transport = transport
+        module._transport = "presigned" if transport == "urllib3" else transport
+        module._stdlib_gets = transport != "urllib3"
         return make()
 
     return made
+
+
+class EpochsElsewhere:
+    """Epochs of one S3 loader run by ``benchmarks/s3_epochs.py`` in a process of its own
+    whose ``tfrecord_io`` is ``tree``'s (``PYTHONPATH``): another version of the package,
+    measured in the same interleaved rounds as this process's contenders."""
+
+    def __init__(self, tree: str, request: dict) -> None:
+        import subprocess
+
+        env = dict(os.environ, PYTHONPATH=tree)
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "s3_epochs.py")
+        self.request = request
+        self.process = subprocess.Popen(
+            [sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+
+    def epoch(self, server_pid: Optional[int]) -> Tuple[float, float, float]:
+        import json
+
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(dict(self.request, server_pid=server_pid)) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit(f"the epochs process of {self.request} ended (see its output above)")
+        rate, cpu, server = json.loads(line)
+        return rate, cpu, server
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(timeout=60)
 
 
 def bench_s3(args) -> None:
@@ -323,6 +361,16 @@ def bench_s3(args) -> None:
                 f"the server pinned to CPU {sorted(server_cpus)}, the readers (local and S3 alike) to "
                 f"CPU {sorted(reader_cpus)}"
             )
+        baselines: List[EpochsElsewhere] = []
+        if (
+            args.s3_baseline
+        ):  # both sides in processes of their own, alike (started after the pinning: on the readers' CPUs)
+            tree, _, transport = args.s3_baseline.partition(":")
+            for t, tr in ((here, args.s3_transport), (os.path.abspath(tree), transport or "http")):
+                for shuffle in (None, "global"):
+                    request = {"urls": urls, "workers": w, "shuffle": shuffle, "transport": tr}
+                    baselines.append(EpochsElsewhere(t, request))
+            contenders += baselines
         load_before = _load()
         rates = best_rates_and_server(contenders, args.repeats, server.process.pid)
         s = remote_reader.settings()
@@ -349,6 +397,28 @@ def bench_s3(args) -> None:
                 f"| {name} | {lr:,.0f} ({lc:.1f}) | {sr:,.0f} ({sc:.1f}) | {sv:.1f} | {ceiling:,.0f} "
                 f"| **{sr / lr:.2f}x** |"
             )
+        if baselines:
+            n = len(contenders) - 4
+            print()
+            print(
+                f"Each side in a process of its own: this tree ({args.s3_transport}) and {args.s3_baseline} "
+                "(its transport after the colon, http by default)"
+            )
+            print(
+                "| reading | this tree rec/s (CPU us/rec) | baseline rec/s (CPU us/rec) "
+                "| server CPU us/rec (this / baseline) | **this / baseline** rate (CPU) |"
+            )
+            print("|---|---:|---:|---:|---:|")
+            for name, (br, bc, bv), (hr, hc, hv) in (
+                ("sequential", rates[n], rates[n + 2]),
+                ("global shuffle", rates[n + 1], rates[n + 3]),
+            ):
+                print(
+                    f"| {name} | {br:,.0f} ({bc:.1f}) | {hr:,.0f} ({hc:.1f}) | {bv:.1f} / {hv:.1f} "
+                    f"| **{br / hr:.2f}x** ({hc / bc:.2f}x) |"
+                )
+            for b in baselines:
+                b.close()
         for k, t in enumerate(others):
             print()
             print(
@@ -419,6 +489,16 @@ def bench_gcs(args) -> None:
             with_gcs_reads(remote_objects, True, lambda: batched_loader(urls, w, shuffle="global", seed=1)),
             with_gcs_reads(remote_objects, False, lambda: batched_loader(urls, w, shuffle="global", seed=1)),
         ]
+        baselines: List[EpochsElsewhere] = []
+        if (
+            args.s3_baseline
+        ):  # both sides in processes of their own, alike (started after the pinning: on the readers' CPUs)
+            tree, _, transport = args.s3_baseline.partition(":")
+            for t, tr in ((here, args.s3_transport), (os.path.abspath(tree), transport or "http")):
+                for shuffle in (None, "global"):
+                    request = {"urls": urls, "workers": w, "shuffle": shuffle, "transport": tr}
+                    baselines.append(EpochsElsewhere(t, request))
+            contenders += baselines
         load_before = _load()
         rates = best_rates_and_server(contenders, args.repeats, server.process.pid)
         s = remote_reader.settings()
@@ -520,14 +600,21 @@ def main(argv: List[str] = None) -> None:
     parser.add_argument(
         "--s3-transport",
         default="presigned",
-        help="how the S3 reads send their GETs (--s3): presigned (the default: botocore presigns, urllib3 "
-        "sends) or botocore (get_object); the hand-written client (http) was measured against in the "
-        "commits before it was deleted (benchmarks/README.md)",
+        help="how the S3 reads send their GETs (--s3): presigned (the default: botocore presigns, http.client "
+        "sends, urllib3 retries), urllib3 (presigned, every GET through urllib3) or botocore (get_object); "
+        "the hand-written client: --s3-baseline",
     )
     parser.add_argument(
         "--s3-compare",
         default="",
         help="other transports read in the same interleaved rounds, e.g. botocore (--s3)",
+    )
+    parser.add_argument(
+        "--s3-baseline",
+        default="",
+        help="TREE[:TRANSPORT]: the same S3 reads by another source tree's tfrecord_io (e.g. a worktree of "
+        "629eda9, the last commit with the hand-written client, transport http), each side in a process "
+        "of its own, interleaved in the same rounds (--s3; build TREE's C core in place first)",
     )
     parser.add_argument(
         "--s3-server-cpus",
