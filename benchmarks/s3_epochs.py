@@ -35,13 +35,20 @@ from tfrecord_io.torch import TFRecordBatchDataset, batch_tensor
 
 
 def _s3_module() -> Any:
-    """The module whose ``_transport`` chooses how range GETs are sent, in either layout."""
-    for name in ("tfrecord_io.storage.s3_objects", "tfrecord_io.remote_reader"):
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    raise SystemExit("no S3 range reader in this tree")
+    """The module whose ``_transport`` chooses how range GETs are sent, in either layout,
+    found by the files of the tree imported: an import of a name the tree lacks could
+    be answered by an editable install of another tree (its finder comes after the
+    path), whose module would be set and never used."""
+    import tfrecord_io
+
+    package = os.path.dirname(os.path.abspath(tfrecord_io.__file__))
+    for name in ("storage/s3_objects.py", "remote_reader.py"):
+        if os.path.exists(os.path.join(package, name)):
+            module = importlib.import_module("tfrecord_io." + name[:-3].replace("/", "."))
+            if not os.path.abspath(module.__file__).startswith(package + os.sep):
+                raise SystemExit(f"{module.__name__} came from {module.__file__}, not from {package}")
+            return module
+    raise SystemExit(f"no S3 range reader in {package}")
 
 
 def images_to_batch(batch: Dict[str, Any]) -> Dict[str, Any]:
@@ -107,6 +114,7 @@ def epoch(request: Dict[str, Any]) -> Tuple[float, float, float]:
 
 
 def main() -> None:
+    print(f"s3_epochs: {_s3_module().__file__}", file=sys.stderr, flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -376,6 +376,49 @@ def test_plain_range_gets_are_sent_by_the_standard_library(remote):
     assert urllib3_gets == []  # (kept-alive connections: test_connections_are_kept_alive_unless_...)
 
 
+def test_a_bucket_name_with_dots_is_read(remote, s3_server, tmp_path):
+    """Dotted names are valid S3 bucket names that break TLS in virtual-hosted
+    addresses (``a.b.s3.amazonaws.com`` does not match ``*.s3.amazonaws.com``); the
+    addressing is botocore's (next test), the reads here go to the path it signed."""
+    bucket = s3_server.make_bucket(f"t.dots.{os.urandom(3).hex()}")
+    path = str(tmp_path / "d.tfrecord")
+    write_examples(path, range(30), index=True, seed=3)
+    for suffix in ("", ".index"):
+        s3_server.client().upload_file(path + suffix, bucket, f"d.tfrecord{suffix}")
+    url = f"s3://{bucket}/d.tfrecord"
+    assert ids(TFRecordDataset(url, "auto")) == list(range(30))
+    assert ids(TFRecordBatchDataset([url], "auto", batch_size=8, shuffle="global", seed=2), batch_size=None) != []
+
+
+def test_presigned_urls_for_dotted_buckets_on_aws_are_path_style(monkeypatch):
+    """On AWS's own endpoint over HTTPS, botocore signs a dotted bucket's GET in path
+    style (host ``s3.<region>.amazonaws.com``, whose certificate matches), which is
+    what ``_StdlibGets`` connects to. Presigning is local: nothing is sent."""
+    for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from urllib.parse import urlsplit
+
+    FileSystems.set_options(PipelineOptions([]))
+    remote_reader.reset_client()
+    try:
+        signed = s3_objects._presign(remote_objects.RemoteObject("s3://my.dotted.bucket/a/b.tfrecord", 10, '"e"'))
+        _, path, address = s3_objects._presigner().target(
+            remote_objects.RemoteObject("s3://my.dotted.bucket/a/b.tfrecord", 10, '"e"')
+        )
+    finally:
+        remote_reader.reset_client()
+    parts = urlsplit(signed)
+    assert parts.scheme == "https" and parts.hostname == "s3.eu-west-1.amazonaws.com"
+    assert parts.path == "/my.dotted.bucket/a/b.tfrecord"
+    assert address == ("https", "s3.eu-west-1.amazonaws.com", 443) and path.startswith(parts.path + "?")
+
+
 def test_connections_are_kept_alive_unless_the_server_closes_them(remote, s3_server, tmp_path, monkeypatch):
     local, urls, _, _ = remote
     want = open(local[1], "rb").read()
