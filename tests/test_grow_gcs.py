@@ -11,7 +11,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrecord_io.dataset import dataset_writer
 from tfrecord_io.dataset.keyed_dataset import open_dataset
-from tfrecord_io.storage import files, gcs_clients
+from tfrecord_io.storage import files, gcs_objects
 
 from tests.pipeline_support import IN_PROCESS, cli_env, run_cli, write_rows_config, write_rows_manifest
 
@@ -26,15 +26,15 @@ def test_lookup_append_remove_and_diff_on_gcs(gcs_env, gcs_bucket, tmp_path, mon
     flags = ["--no-progress", *IN_PROCESS]
     proc = run_cli("build", str(config), "--version", "v1", *flags, env=env)
     assert proc.returncode == 0, proc.stderr
-    # look-ups through ranged reads of google-cloud-storage, counted
+    # look-ups through ranged reads of google-cloud-storage (gcs_objects, as the torch readers'), counted
     reads = []
-    read_range = gcs_clients.read_range
+    open_range = gcs_objects.open_range
 
-    def counted(url, start, end, options=None):
-        reads.append((url.rpartition("/")[2], start, end))
-        return read_range(url, start, end, options)
+    def counted(obj, start, end):
+        reads.append((obj.url.rpartition("/")[2], start, end))
+        return open_range(obj, start, end)
 
-    monkeypatch.setattr(gcs_clients, "read_range", counted)
+    monkeypatch.setattr(gcs_objects, "open_range", counted)
     with open_dataset(out) as ds:
         # the split's footer (once, when the split is first used), the index block, the record
         assert ds.get("17")["id"].tolist() == [17]

@@ -8,10 +8,12 @@ the index recorded. The split of a key is found the way the build placed it (a h
 between versions), so only one split's index is probed; a version whose config does not
 say how it split (built by other tools) has every split probed.
 
-Local files are read with ``pread``; ``s3://`` objects with range GETs
-(``tfrecord_io.storage.range_reads``: credentials and endpoint from boto3's usual sources,
-no HEAD: sizes come from ``tfrecord_io_info.json``); other URLs through Beam's
-filesystems. Nothing here imports Beam (unless a non-S3 URL is read) or torch.
+Local files are read with ``pread``; ``s3://`` and ``gs://`` objects with range GETs
+(``tfrecord_io.storage.range_reads``: credentials and endpoint from boto3's usual sources or
+the command's ``--s3_*`` flags, Google's as for Beam's GCS filesystem; no HEAD: sizes come
+from ``tfrecord_io_info.json``), each object pinned to the version its first read got
+(``format.key_index._Source``: a replaced one is a ``RemoteObjectChangedError`` naming it);
+other URLs through Beam's filesystems. Nothing here imports Beam (unless a non-S3 URL is read) or torch.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 No pipeline: each key is one probe of its split's key index and one ranged read of its
 record (``tfrecord_io.dataset.keyed_dataset``), from local disk or an object store. Exit status
-0 when every key was found, 1 when some were not (they are listed), 2 for bad usage (no
-such dataset or version, a version without a key index).
+0 when every key was found, 1 when some were not (they are listed), 2 for bad usage or input
+(no such dataset or version, a version without a key index, a shard or key index replaced
+while it was read: ``RemoteObjectChangedError``, named in one line; not "keys not found").
 """
 
 from __future__ import annotations
@@ -99,9 +100,16 @@ def cmd_lookup(args: Any, beam_flags: List[str]) -> int:
 
     from tfrecord_io.dataset import dataset_writer
     from tfrecord_io.pipelines.runtime.beam_options import command_flags
+    from tfrecord_io.storage.remote_objects import RemoteObjectChangedError
+    from tfrecord_io.usage_errors import ArgumentError
 
     dataset_writer.use_filesystems(PipelineOptions(command_flags(args.runner_config, beam_flags)), [args.root])
-    results = lookup(args.root, list(args.keys), args.version or "")
+    try:
+        results = lookup(args.root, list(args.keys), args.version or "")
+    except RemoteObjectChangedError as err:
+        # the input changed under the command (exit 2, one line naming the object), not a
+        # failed job, and not exit 1, which says "keys not found"
+        raise ArgumentError(f"{err} (the version's files changed while they were read; look it up again)") from err
     missing = [r["key"] for r in results if not r["found"]]
     for r in results:
         if args.json:

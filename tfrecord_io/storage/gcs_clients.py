@@ -33,13 +33,9 @@ the launcher and in every worker before its first remote path): it wraps Beam's
 Reading a public bucket without credentials therefore needs ``--no_auth`` (or the
 environment variable): said in the error and in the README.
 
-:func:`read_range` is this package's own ranged read of a ``gs://`` object (a key index
-block, one record: ``key_index``/``keyed_dataset``'s look-ups), through the same
-google-cloud-storage client library Beam uses, with the same choice of credentials. Why
-not Beam's ``FileSystems.open``: its reader fetches the object's metadata on open and then
-reads whole buffers of up to 16 MB from the position asked for, so a 15 KB probe of a
-key index or a record of a large shard downloaded megabytes; here it is one GET with a
-``Range`` header of exactly the bytes wanted.
+The package's own ranged reads of ``gs://`` objects (``gcs_objects``: the torch readers'
+and the key-index look-ups', each pinned to a generation) take their client from
+:func:`storage_client`, with the same choice of credentials.
 """
 
 from __future__ import annotations
@@ -65,17 +61,37 @@ _installed = False
 # (process id, credential variables) -> the reason google.auth.default found nothing,
 # or None when it found credentials
 _probed: Dict[Any, Optional[str]] = {}
-# (process id, anonymous, emulator endpoint) -> google-cloud-storage client for read_range
+# (process id, anonymous, emulator endpoint) -> google-cloud-storage client for gcs_objects
 _clients: Dict[Any, Any] = {}
+
+
+#: (the options last asked about, whether they say ``--no_auth``): ``view_as`` costs
+#: ~0.7 ms, and the range reads ask once per GET; Beam sets a new object when they change
+_no_auth_of: Any = (None, False)
 
 
 def anonymous(options: Any) -> bool:
     """True when GCS is to be used without credentials: an emulator is set, the options
     say ``--no_auth``, or ``TFRECORD_IO_GCS_ANONYMOUS`` is set (module doc)."""
+    global _no_auth_of
     if os.environ.get(EMULATOR_ENV):
         return True
     if os.environ.get(ANONYMOUS_ENV, "").strip().lower() in _TRUE:
         return True
+    if options is None or isinstance(options, dict):
+        return _options_say_no_auth(options)
+    seen, answer = _no_auth_of
+    if options is seen:
+        return bool(answer)
+    answer = _options_say_no_auth(options)
+    _no_auth_of = (options, answer)
+    return answer
+
+
+def _options_say_no_auth(options: Any) -> bool:
+    """Whether pipeline options (or a dict of them) say ``--no_auth``."""
+    if options is None:
+        return False
     try:
         from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
@@ -152,7 +168,7 @@ def install() -> None:
 
 
 def storage_client(options: Any = None) -> Any:
-    """A google-cloud-storage client of this process for :func:`read_range`: anonymous when
+    """A google-cloud-storage client of this process for ``gcs_objects``' reads: anonymous when
     :func:`anonymous` says so (an emulator in ``STORAGE_EMULATOR_HOST`` is then used, as
     the library does), else with Google's default credentials (an error at once when there
     are none). One per process: a client holds a pool of connections."""
@@ -198,32 +214,11 @@ def _widen_pool(client: Any) -> None:
         pass
 
 
-def read_range(url: str, start: int, end: int, options: Any = None) -> bytes:
-    """Bytes ``[start, end)`` of the object at ``url`` (``gs://bucket/name``): one GET with
-    a ``Range`` header, stored bytes as they are (no decompressive transcoding), retried
-    by the library on transient errors. A refusal (credentials, no such bucket, access
-    denied) is raised as :class:`StorageAccessError`."""
-    from . import storage_errors
-
-    if end <= start:
-        return b""
-    bucket, _, name = url[len("gs://") :].partition("/")
-    try:
-        blob = storage_client(options).bucket(bucket).blob(name)
-        # checksum=None: a part of an object has no hash of its own to check against;
-        # the callers check what they read (CRC32C of a block, CRCs of a frame)
-        return bytes(blob.download_as_bytes(start=start, end=end - 1, raw_download=True, checksum=None))
-    except Exception as err:
-        storage_errors.raise_access_error(err, url)
-        raise
-
-
 __all__ = [
     "ANONYMOUS_ENV",
     "EMULATOR_ENV",
     "anonymous",
     "install",
-    "read_range",
     "require_default_credentials",
     "storage_client",
 ]

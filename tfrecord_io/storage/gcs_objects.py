@@ -24,11 +24,14 @@ from .remote_objects import STATS, RemoteObject, RemoteObjectChangedError, _chec
 def _gcs_client() -> Any:
     """This process's google-cloud-storage client (``gcs_clients.storage_client``: one
     per process, so a forked DataLoader worker makes its own; anonymous with an emulator
-    in ``STORAGE_EMULATOR_HOST`` or ``TFRECORD_IO_GCS_ANONYMOUS``, else Google's default
-    credentials)."""
+    in ``STORAGE_EMULATOR_HOST`` or ``TFRECORD_IO_GCS_ANONYMOUS``, or when the options
+    Beam's filesystems were given in this process say ``--no_auth`` (a command's own
+    reads, e.g. ``tfrecord-io lookup``'s, take the flags its Beam reads take), else
+    Google's default credentials)."""
     from . import gcs_clients
+    from .files import filesystem_options
 
-    return gcs_clients.storage_client()
+    return gcs_clients.storage_client(filesystem_options())
 
 
 def stat(url: str, listed_size: Optional[int] = None) -> RemoteObject:
@@ -96,6 +99,12 @@ class _GcsBody:
             )
         self.pos += want
         return want
+
+    @property
+    def version(self) -> str:
+        """The generation that answered the last read (google-cloud-storage takes it from
+        the response's ``X-Goog-Generation``): what ``range_reads.PinOnFirstRead`` pins."""
+        return str(self.blob.generation or "")
 
     def close(self) -> None:
         pass

@@ -37,6 +37,7 @@ is ``tfrecord_io.format.remote_reader``'s. Nothing here imports torch or Beam.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import os
@@ -54,6 +55,7 @@ from .remote_objects import (
     TRIES,
     Data,
     RemoteObject,
+    RemoteObjectChangedError,
     _stats_lock,
     is_azure,
     is_gcs,
@@ -201,12 +203,14 @@ class _RangeReader:
         while got < len(view):
             if self._body is None:
                 self._body = _open(self.obj, self.pos, self.end)
+                self._adopt_version()
             try:
                 n = self._body.readinto(view[got:])
                 error: Optional[Exception] = None
             except s3_objects._body_errors() as err:
                 n, error = 0, err
             if n:
+                self._adopt_version()
                 got += n
                 self.pos += n
                 self._failures = 0
@@ -223,6 +227,16 @@ class _RangeReader:
                     self.obj.url,
                     self.pos,
                 ) from error
+
+    def _adopt_version(self) -> None:
+        """An object read without a version (``etag`` empty: ``PinOnFirstRead``'s first
+        read) is pinned to the one that answered (S3: the response's ETag, known with its
+        header; GCS: the generation, known once a block is read), so that the rest of the
+        range, asked for again after a broken connection, is of the same version."""
+        if not self.obj.etag:
+            version = getattr(self._body, "version", "")
+            if version:
+                self.obj = dataclasses.replace(self.obj, etag=str(version))
 
     def _drop(self) -> None:
         body, self._body = self._body, None
@@ -244,6 +258,60 @@ def _fetch(obj: RemoteObject, start: int, end: int, out: Optional[memoryview] = 
     finally:
         reader.close()
     return out
+
+
+class PinOnFirstRead:
+    """Range reads of one object whose size is known (from a manifest: a dataset's
+    ``tfrecord_io_info.json``) but not its version, pinned to the version its first read
+    got: that read's response gives the version (S3: its ETag, GCS: its generation) and,
+    on S3, the object's size (the ``Content-Range`` total, which must be ``size``);
+    every later read asks for that version (``If-Match`` / the generation), so an object
+    replaced between two reads is a ``RemoteObjectChangedError`` naming it, never bytes
+    of two versions (which the CRCs would then call corrupt).
+
+    Why the first read and not a ``stat``: a look-up by key costs one GET for an index
+    block and one for the record; a HEAD (or GCS metadata GET) per object before the
+    first of them would add a round trip to every first look-up of a shard. What this
+    cannot see: an object replaced *before* the first read by one of the same size (on
+    GCS, where google-cloud-storage does not expose the ``Content-Range`` total, by one
+    of any size); the CRCs still catch those. Thread-safe: two first reads at once
+    that got different versions raise."""
+
+    def __init__(self, url: str, size: int) -> None:
+        self._obj = RemoteObject(url, int(size), "")
+        self._lock = threading.Lock()
+
+    @property
+    def obj(self) -> RemoteObject:
+        """The object, with its version once a read has pinned it (``etag``)."""
+        return self._obj
+
+    def read(self, start: int, end: int) -> Data:
+        """Bytes ``[start, end)`` of the pinned version (the first read: of the version
+        that answers, which is pinned from then on)."""
+        obj = self._obj
+        if obj.etag:
+            return read_range(obj, start, end)
+        if end > obj.size or start < 0 or end < start:
+            raise TruncatedRecordError(f"bytes {start}-{end} are not within the object's {obj.size}", obj.url, start)
+        if start == end:
+            return b""
+        out = memoryview(bytearray(end - start))
+        reader = _RangeReader(obj, start, end)  # not through the cache: its chunks are keyed by version
+        try:
+            reader.readinto(out)
+        finally:
+            reader.close()
+        got = reader.obj
+        with self._lock:
+            pinned = self._obj
+            if not pinned.etag:
+                self._obj = got
+            elif got.etag and got.etag != pinned.etag:  # another thread's first read got another version
+                raise RemoteObjectChangedError(
+                    f"the object changed while it was read (version {pinned.etag}, now {got.etag})", obj.url, start
+                )
+        return out
 
 
 # ---------------------------------------------------------------------- cache
@@ -636,6 +704,7 @@ def _exists(url: str) -> bool:
 
 __all__ = [
     "CACHE_CHUNK",
+    "PinOnFirstRead",
     "RangeStream",
     "configure",
     "fetch_ahead",

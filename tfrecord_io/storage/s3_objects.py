@@ -206,8 +206,10 @@ class _BotoBody:
     each byte, as ``read`` would also cost, but no new object per block for the
     consumer to hold."""
 
-    def __init__(self, body: Any) -> None:
+    def __init__(self, body: Any, version: str = "") -> None:
         self.body = body
+        #: the ETag of the version that answered (what ``range_reads.PinOnFirstRead`` pins)
+        self.version = version
 
     def readinto(self, view: memoryview) -> int:
         """Fill ``view``: fewer bytes only where the body ended (or broke off: then
@@ -562,6 +564,8 @@ class _UrllibBody:
         import http.client
 
         self.resp = resp
+        #: the ETag of the version that answered (what ``range_reads.PinOnFirstRead`` pins)
+        self.version = str(resp.headers.get("etag") or "")
         raw = getattr(resp, "_fp", None)
         plain = not resp.headers.get("content-encoding")
         self.src: Any = raw if plain and isinstance(raw, http.client.HTTPResponse) else resp
@@ -674,7 +678,7 @@ def open_range(obj: RemoteObject, start: int, end: int) -> Any:
             if code in ("404", "NoSuchKey", "NotFound"):
                 raise RemoteObjectChangedError("the object was deleted after it was listed", obj.url, start) from None
             raise TFRecordError(f"range read of bytes {start}-{end - 1} failed: {err}", obj.url, start) from err
-        body = _BotoBody(response["Body"])
+        body = _BotoBody(response["Body"], str(response.get("ETag") or ""))
         try:
             _check_version(obj, start, str(response.get("ContentRange", "")), response.get("ETag"))
         except RemoteObjectChangedError:
