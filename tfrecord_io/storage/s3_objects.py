@@ -473,6 +473,8 @@ class _StdlibBody:
     ) -> None:
         self._gets, self._address, self.resp = gets, address, resp
         self._conn: Optional[http.client.HTTPConnection] = conn
+        #: the ETag of the version that answered (what ``range_reads.PinOnFirstRead`` pins)
+        self.version = str(resp.getheader("etag") or "")
 
     def header(self, name: str) -> Optional[str]:
         return self.resp.getheader(name)
