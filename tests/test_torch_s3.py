@@ -400,9 +400,10 @@ def test_presigned_urls_for_dotted_buckets_on_aws_are_path_style(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    from urllib.parse import urlsplit
+
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
-    from urllib.parse import urlsplit
 
     FileSystems.set_options(PipelineOptions([]))
     remote_reader.reset_client()
