@@ -234,7 +234,8 @@ class CuttingProxy:
     ``cut_after`` bytes of the server's response, as a flaky network or a server that
     drops a connection does. The first ``throttles`` connections are answered with S3's
     ``503 SlowDown`` instead (as S3 throttles a prefix), each after its request arrived.
-    ``connections`` counts the connections clients opened."""
+    ``connections`` counts the connections clients opened, ``first_lines`` holds the
+    first request line each of them sent (what ``connections_for`` counts by)."""
 
     def __init__(
         self, server: S3Server, cut_after: Optional[int] = None, cuts: Optional[int] = 0, throttles: int = 0
@@ -245,6 +246,7 @@ class CuttingProxy:
         self.target = (host, int(port))
         self.cut_after, self.cuts, self.throttles = cut_after, cuts, throttles
         self.connections = 0
+        self.first_lines: List[str] = []
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen(64)
@@ -266,11 +268,17 @@ class CuttingProxy:
                 continue
             limit = self.cut_after if self.cuts is None or n < self.cuts else None
             upstream = socket.create_connection(self.target)
-            for src, dst, lim in ((client, upstream, None), (upstream, client, limit)):
-                self._threading.Thread(target=self._pump, args=(src, dst, lim, (client, upstream)), daemon=True).start()
+            for src, dst, lim, note in ((client, upstream, None, True), (upstream, client, limit, False)):
+                self._threading.Thread(
+                    target=self._pump, args=(src, dst, lim, (client, upstream), note), daemon=True
+                ).start()
 
-    @staticmethod
-    def _slow_down(client: socket.socket) -> None:
+    def connections_for(self, fragment: str) -> int:
+        """Connections whose first request line has ``fragment`` (e.g. an object's key):
+        a count that other clients of the proxy (another thread's requests) leave alone."""
+        return sum(fragment in line for line in list(self.first_lines))
+
+    def _slow_down(self, client: socket.socket) -> None:
         """Read a request's header, answer S3's 503 SlowDown and close."""
         got = b""
         try:
@@ -279,6 +287,7 @@ class CuttingProxy:
                 if not data:
                     break
                 got += data
+            self.first_lines.append(got.split(b"\r\n", 1)[0].decode("latin-1"))
             body = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
             client.sendall(
                 b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nConnection: close\r\n"
@@ -289,14 +298,16 @@ class CuttingProxy:
             pass
         client.close()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket, limit: Optional[int], both: tuple) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, limit: Optional[int], both: tuple, note: bool) -> None:
         sent = 0
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
+                if note:  # the client's side: its first request line
+                    self.first_lines.append(data.split(b"\r\n", 1)[0].decode("latin-1"))
+                    note = False
                 if limit is not None and sent + len(data) >= limit:
                     dst.sendall(data[: limit - sent])
                     break

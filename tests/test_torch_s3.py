@@ -322,7 +322,7 @@ def test_a_server_that_keeps_breaking_off_is_an_error_naming_the_object(remote, 
         with pytest.raises(TFRecordError, match="range read of bytes 0-99 failed") as err:
             remote_reader.read_range(obj, 0, 100)
         assert urls[0] in str(err.value)
-        assert proxy.connections == remote_objects.TRIES
+        assert proxy.connections_for("GET /" + urls[0][len("s3://") :]) == remote_objects.TRIES, proxy.first_lines
     finally:
         proxy.close()
 
@@ -338,7 +338,7 @@ def test_throttling_is_retried_with_backoff_then_read(remote, s3_server, monkeyp
         began = time.monotonic()
         assert bytes(remote_reader.read_range(obj, 0, 100)) == want[:100]
         assert time.monotonic() - began >= 0.25  # backed off before asking again
-        assert proxy.connections == remote_objects.TRIES
+        assert proxy.connections_for("GET /" + urls[0][len("s3://") :]) == remote_objects.TRIES, proxy.first_lines
     finally:
         proxy.close()
 
@@ -353,7 +353,8 @@ def test_throttling_that_lasts_is_an_error_after_the_tries(remote, s3_server, mo
         with pytest.raises(TFRecordError, match="HTTP 503.*SlowDown") as err:
             remote_reader.read_range(obj, 0, 100)
         assert urls[0] in str(err.value)
-        assert proxy.connections == remote_objects.TRIES  # the first try and the retries, no more
+        # the first try and the retries, no more
+        assert proxy.connections_for("GET /" + urls[0][len("s3://") :]) == remote_objects.TRIES, proxy.first_lines
     finally:
         proxy.close()
 
