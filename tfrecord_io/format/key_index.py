@@ -494,17 +494,18 @@ def write_key_index(path: str, entries: Iterable[Entry]) -> KeyIndexWriter:
 
 
 class _Source:
-    """Positioned reads of one file: ``os.pread`` locally, one ranged GET on S3 and on GCS
-    (the size known from ``tfrecord_io_info.json``, so no HEAD or metadata GET), Beam's
-    filesystems elsewhere (``azfs://`` too: Beam's Azure filesystem takes the job's
-    ``--azure_*`` credentials, which ``azure_objects`` would not).
+    """Positioned reads of one file: ``os.pread`` locally, one ranged GET on S3, GCS and
+    Azure (the size known from ``tfrecord_io_info.json``, so no HEAD or metadata GET;
+    with the credentials the command's Beam reads were given), Beam's filesystems
+    elsewhere.
 
-    On S3 and GCS each object is pinned to the version its first read got
+    On S3, GCS and Azure each object is pinned to the version its first read got
     (``range_reads.PinOnFirstRead``: that read's ETag or generation, taken from its own
     response, so a look-up still costs one GET per read), and every later read asks for
     that version: an index or shard replaced between two look-ups is a
     ``RemoteObjectChangedError`` naming it, not bytes of two versions that its CRCs would
-    call corrupt. On S3 the first read's ``Content-Range`` total must also be ``size``."""
+    call corrupt. On S3 and Azure the first read's ``Content-Range`` total must also be
+    ``size``."""
 
     def __init__(
         self, path: str, size: Optional[int] = None, data: Optional[bytes] = None, via_filesystems: bool = False
@@ -532,7 +533,7 @@ class _Source:
             if self._fd is None:
                 self._fd = os.open(files._local(self.path), os.O_RDONLY)
             data = os.pread(self._fd, size, offset)
-        elif self.path.startswith(("s3://", "gs://")) and not self._via_filesystems:
+        elif self.path.startswith(("s3://", "gs://", "azfs://")) and not self._via_filesystems:
             if self._obj is None:
                 from ..storage import range_reads
 

@@ -26,6 +26,7 @@ from .remote_objects import (
     RemoteObjectChangedError,
     _changed,
     _check_listed,
+    _check_version,
     _Sink,
     _stats_lock,
     split_url,
@@ -38,12 +39,12 @@ _client_lock = threading.Lock()
 def _azure_blob(url: str) -> Any:
     """azure-storage-blob's client of the blob at ``url``, from this process's service
     client of its account (one per process: a forked worker makes its own, with its own
-    connections): ``AZURE_STORAGE_CONNECTION_STRING`` when set (as Beam's ``azfs://``
-    filesystem takes it), else ``https://<account>.blob.core.windows.net`` with
+    connections): the connection string Beam's ``azfs://`` filesystem would use
+    (:func:`_connection_string`), else ``https://<account>.blob.core.windows.net`` with
     azure-identity's ``DefaultAzureCredential``."""
     account = str(url)[len("azfs://") :].partition("/")[0]
     container, blob = split_url(url)
-    conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING", "")
+    conn = _connection_string()
     key = (os.getpid(), account, conn)
     with _client_lock:
         service = _azure_clients.get(key)
@@ -73,6 +74,36 @@ def _azure_blob(url: str) -> Any:
     return service.get_blob_client(container, blob)
 
 
+#: (the options last read, the connection string they gave): reading them costs ~4 ms,
+#: and a look-up asks once per read; Beam sets a new object when they change
+_job_conn_of: Tuple[Any, str] = (None, "")
+
+
+def _connection_string() -> str:
+    """The connection string Beam's ``azfs://`` filesystem would use in this process: the
+    ``--azure_connection_string`` flag a command's Beam reads were given (which wins in
+    Beam too), else ``AZURE_STORAGE_CONNECTION_STRING``; "" for neither.
+
+    Why the flag: a command's own ranged reads (``tfrecord-io lookup``'s key-index probe
+    and record) must reach the store with the credentials its Beam reads got, not only
+    with what the environment has (which the machine need not have)."""
+    from .files import filesystem_options
+
+    global _job_conn_of
+    options = filesystem_options()
+    given = ""
+    if options is not None:
+        if options is _job_conn_of[0]:
+            given = _job_conn_of[1]
+        else:
+            try:
+                given = str(options.get_all_options(drop_default=True).get("azure_connection_string") or "")
+            except Exception:  # noqa: BLE001 - options of another shape: the environment's
+                given = ""
+            _job_conn_of = (options, given)
+    return given or os.environ.get("AZURE_STORAGE_CONNECTION_STRING", "")
+
+
 def stat(url: str, listed_size: Optional[int] = None) -> RemoteObject:
     """The blob's size and ETag (one HEAD); every range read is pinned to the ETag.
     ``listed_size`` (from a listing) must match."""
@@ -99,6 +130,9 @@ class _AzureBody:
     def __init__(self, obj: RemoteObject, start: int, end: int) -> None:
         self.obj, self.pos, self.end = obj, start, end
         self.blob = _azure_blob(obj.url)
+        #: the ETag of the version that answered the last read (what
+        #: ``range_reads.PinOnFirstRead`` pins when the object had none yet)
+        self.version = ""
 
     def readinto(self, view: memoryview) -> int:
         from azure.core import MatchConditions
@@ -109,14 +143,19 @@ class _AzureBody:
         sink = _Sink(view[:want])
         kw: Dict[str, Any] = {"etag": self.obj.etag, "match_condition": MatchConditions.IfNotModified}
         try:
-            self.blob.download_blob(
+            download = self.blob.download_blob(
                 offset=self.pos, length=want, max_concurrency=1, **(kw if self.obj.etag else {})
-            ).readinto(sink)
+            )
+            download.readinto(sink)
         except Exception as err:  # azure.core's errors (after its retries)
             raise _azure_error(err, self.obj, self.pos, self.end) from err
         finally:
             with _stats_lock:
                 STATS.requests += 1
+        props = download.properties
+        self.version = str(props.etag or "")
+        # the blob's size from Content-Range (an unpinned first read's only check), its ETag
+        _check_version(self.obj, self.pos, str(props.content_range or ""), self.version or None)
         if sink.got != want:
             raise TruncatedRecordError(
                 f"range read of bytes {self.pos}-{self.pos + want - 1} returned {sink.got} bytes "
