@@ -453,10 +453,12 @@ class _StdlibGets:
         except (OSError, http.client.HTTPException) as err:
             conn.close()
             return None, (None if was_idle else (None, err))
-        if resp.status not in (200, 206) or resp.getheader("content-encoding"):
+        # one pass over the header (each ``getheader`` scans all of it, lower-casing every name)
+        fields = {name.lower(): value for name, value in resp.getheaders()}
+        if resp.status not in (200, 206) or fields.get("content-encoding"):
             conn.close()  # the body is not read: urllib3 asks again and reads the answer it gets
             return None, (resp.status, None)
-        return _StdlibBody(self, address, conn, resp), None
+        return _StdlibBody(self, address, conn, resp, fields), None
 
 
 class _StdlibBody:
@@ -470,14 +472,16 @@ class _StdlibBody:
         address: Tuple[str, str, int],
         conn: http.client.HTTPConnection,
         resp: http.client.HTTPResponse,
+        fields: Dict[str, str],
     ) -> None:
-        self._gets, self._address, self.resp = gets, address, resp
+        self._gets, self._address, self.resp, self._fields = gets, address, resp, fields
         self._conn: Optional[http.client.HTTPConnection] = conn
         #: the ETag of the version that answered (what ``range_reads.PinOnFirstRead`` pins)
-        self.version = str(resp.getheader("etag") or "")
+        self.version = str(fields.get("etag") or "")
 
     def header(self, name: str) -> Optional[str]:
-        return self.resp.getheader(name)
+        """The answer's header field ``name`` (lower case), None without it."""
+        return self._fields.get(name)
 
     def readinto(self, view: memoryview) -> int:
         """Fill ``view``: fewer bytes only where the body ended or broke off
