@@ -362,9 +362,7 @@ def bench_s3(args) -> None:
                 f"CPU {sorted(reader_cpus)}"
             )
         baselines: List[EpochsElsewhere] = []
-        if (
-            args.s3_baseline
-        ):  # both sides in processes of their own, alike (started after the pinning: on the readers' CPUs)
+        if args.s3_baseline:  # each side in a process of its own, started after the pinning (the readers' CPUs)
             tree, _, transport = args.s3_baseline.partition(":")
             for t, tr in ((here, args.s3_transport), (os.path.abspath(tree), transport or "http")):
                 for shuffle in (None, "global"):
@@ -489,16 +487,6 @@ def bench_gcs(args) -> None:
             with_gcs_reads(remote_objects, True, lambda: batched_loader(urls, w, shuffle="global", seed=1)),
             with_gcs_reads(remote_objects, False, lambda: batched_loader(urls, w, shuffle="global", seed=1)),
         ]
-        baselines: List[EpochsElsewhere] = []
-        if (
-            args.s3_baseline
-        ):  # both sides in processes of their own, alike (started after the pinning: on the readers' CPUs)
-            tree, _, transport = args.s3_baseline.partition(":")
-            for t, tr in ((here, args.s3_transport), (os.path.abspath(tree), transport or "http")):
-                for shuffle in (None, "global"):
-                    request = {"urls": urls, "workers": w, "shuffle": shuffle, "transport": tr}
-                    baselines.append(EpochsElsewhere(t, request))
-            contenders += baselines
         load_before = _load()
         rates = best_rates_and_server(contenders, args.repeats, server.process.pid)
         s = remote_reader.settings()
