@@ -199,6 +199,18 @@ def _check_bucket(bucket: str, url: str) -> None:
             raise storage_errors.no_such_bucket(url, "HEAD of the bucket: HTTP 404") from None
 
 
+def _fill(body: Any, view: memoryview) -> int:
+    """Read ``body`` into ``view`` until it is full or the body gives no more (its end,
+    or a premature one): what every body here does, whichever library received it."""
+    got = 0
+    while got < len(view):
+        n = body.readinto(view[got:])
+        if not n:
+            break
+        got += n
+    return got
+
+
 class _BotoBody:
     """A ``get_object`` body (botocore's ``StreamingBody``) read into the caller's
     buffer. ``StreamingBody.readinto`` (public) hands the buffer to urllib3's
@@ -214,13 +226,7 @@ class _BotoBody:
     def readinto(self, view: memoryview) -> int:
         """Fill ``view``: fewer bytes only where the body ended (or broke off: then
         botocore raises, see ``_BODY_ERRORS``)."""
-        got = 0
-        while got < len(view):
-            n = self.body.readinto(view[got:])
-            if not n:
-                break
-            got += n
-        return got
+        return _fill(self.body, view)
 
     def close(self) -> None:
         self.body.close()
@@ -486,13 +492,7 @@ class _StdlibBody:
     def readinto(self, view: memoryview) -> int:
         """Fill ``view``: fewer bytes only where the body ended or broke off
         (``http.client`` returns 0 at a premature end)."""
-        got = 0
-        while got < len(view):
-            n = self.resp.readinto(view[got:])
-            if not n:
-                break
-            got += n
-        return got
+        return _fill(self.resp, view)
 
     def close(self) -> None:
         if self._conn is None:
@@ -579,13 +579,7 @@ class _UrllibBody:
     def readinto(self, view: memoryview) -> int:
         """Fill ``view``: fewer bytes only where the body ended or broke off (the
         standard library returns 0 at a premature end; urllib3 raises)."""
-        got = 0
-        while got < len(view):
-            n = self.src.readinto(view[got:])
-            if not n:
-                break
-            got += n
-        return got
+        return _fill(self.src, view)
 
     def close(self) -> None:
         if self.src is not self.resp and self.src.isclosed():  # read to its end (http.client closed it)
